@@ -1,0 +1,45 @@
+# bcpgw: everything a fresh machine with Go needs is fetched by go itself.
+GO        ?= go
+BIN       := bin
+FUZZTIME  ?= 20s
+BENCHTIME ?= 1s
+
+# Each fuzz target and its package (go test -fuzz takes one target at a time).
+FUZZ_TARGETS := \
+	FuzzValidate:./bcp \
+	FuzzParse:./agents
+
+.PHONY: all build test fmt-check vet run fuzz bench clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+fmt-check:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed on:"; echo "$$unformatted"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+test: fmt-check vet
+	$(GO) test -race -count=1 ./...
+
+# The main job on the bundled examples. Until the gateway runs agents,
+# that is checking the example definitions.
+run: build
+	$(BIN)/bcpgw validate examples/agents
+
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		name=$${t%%:*}; pkg=$${t#*:}; \
+		echo "== $$name ($$pkg, $(FUZZTIME))"; \
+		$(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) $$pkg; \
+	done
+
+bench:
+	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) ./...
+
+clean:
+	rm -rf $(BIN)

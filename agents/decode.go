@@ -1,0 +1,212 @@
+package agents
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// decoder walks a yaml.v3 node tree, recording the line of every field
+// path and collecting every problem instead of stopping at the first.
+// Walking nodes, rather than decoding into a struct, is what gives each
+// error its field path and lets one pass report all unknown keys.
+type decoder struct {
+	file   string
+	offset int // added to yaml line numbers to get file line numbers
+	lines  lineIndex
+	errs   []*ParseError
+}
+
+func (d *decoder) errorf(line int, path, format string, args ...any) {
+	d.errs = append(d.errs, &ParseError{File: d.file, Line: line, Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+// fail reports a problem at node n.
+func (d *decoder) fail(n *yaml.Node, path, format string, args ...any) {
+	d.errorf(n.Line+d.offset, path, format, args...)
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func index(path string, i int) string { return fmt.Sprintf("%s[%d]", path, i) }
+
+// describe names a node's kind for error messages.
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a map"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.AliasNode:
+		return "an alias"
+	}
+	switch n.Tag {
+	case "!!null":
+		return "nothing"
+	case "!!int":
+		return "an integer"
+	case "!!float":
+		return "a number"
+	case "!!bool":
+		return "a boolean"
+	}
+	return "a string"
+}
+
+// fields maps the keys a mapping may hold to their handlers.
+type fields map[string]func(n *yaml.Node, path string)
+
+// mapping walks a mapping node: every key is recorded, unknown and
+// duplicate keys are errors, and known keys go to their handlers in
+// document order. It returns false if n is not a mapping.
+func (d *decoder) mapping(n *yaml.Node, path string, fs fields) bool {
+	if n.Kind != yaml.MappingNode {
+		d.fail(n, path, "must be a map, got %s", describe(n))
+		return false
+	}
+	seen := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		p := join(path, k.Value)
+		if k.Kind != yaml.ScalarNode {
+			d.fail(k, path, "keys must be plain names, got %s", describe(k))
+			continue
+		}
+		if first, dup := seen[k.Value]; dup {
+			d.fail(k, p, "duplicate key (first set on line %d)", first+d.offset)
+			continue
+		}
+		seen[k.Value] = k.Line
+		d.lines[p] = k.Line + d.offset
+		h, ok := fs[k.Value]
+		if !ok {
+			d.fail(k, p, "unknown field (known: %s)", knownKeys(fs))
+			continue
+		}
+		if v.Kind == yaml.AliasNode || v.Anchor != "" {
+			d.fail(v, p, "YAML anchors and aliases are not supported in definitions")
+			continue
+		}
+		h(v, p)
+	}
+	return true
+}
+
+func knownKeys(fs fields) string {
+	keys := make([]string, 0, len(fs))
+	for k := range fs {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return strings.Join(keys, ", ")
+}
+
+// sequence walks a list node, calling fn for each item.
+func (d *decoder) sequence(n *yaml.Node, path string, fn func(item *yaml.Node, path string)) {
+	if n.Kind != yaml.SequenceNode {
+		d.fail(n, path, "must be a list, got %s", describe(n))
+		return
+	}
+	for i, item := range n.Content {
+		p := index(path, i)
+		d.lines[p] = item.Line + d.offset
+		fn(item, p)
+	}
+}
+
+// str decodes a scalar as text. Numbers and booleans are accepted as
+// their literal text (as yaml.v3 itself does for string fields); null,
+// lists and maps are not.
+func (d *decoder) str(n *yaml.Node, path string) (string, bool) {
+	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
+		d.fail(n, path, "must be a string, got %s", describe(n))
+		return "", false
+	}
+	return n.Value, true
+}
+
+// integer decodes an integer scalar. A quoted "2" is refused: a typo in a
+// limit should be loud.
+func (d *decoder) integer(n *yaml.Node, path string) (int64, bool) {
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
+		d.fail(n, path, "must be an integer, got %s", describe(n))
+		return 0, false
+	}
+	var v int64
+	if err := n.Decode(&v); err != nil {
+		d.fail(n, path, "integer %s is out of range", n.Value)
+		return 0, false
+	}
+	return v, true
+}
+
+// atLeast decodes an integer >= min that fits in an int.
+func (d *decoder) atLeast(n *yaml.Node, path string, min int64) (int, bool) {
+	v, ok := d.integer(n, path)
+	if !ok {
+		return 0, false
+	}
+	if v < min {
+		d.fail(n, path, "must be >= %d, got %d", min, v)
+		return 0, false
+	}
+	if v > 1<<31-1 {
+		d.fail(n, path, "%d is too large", v)
+		return 0, false
+	}
+	return int(v), true
+}
+
+func (d *decoder) boolean(n *yaml.Node, path string) (bool, bool) {
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" {
+		d.fail(n, path, "must be true or false, got %s", describe(n))
+		return false, false
+	}
+	var v bool
+	if err := n.Decode(&v); err != nil {
+		d.fail(n, path, "must be true or false")
+		return false, false
+	}
+	return v, true
+}
+
+// list decodes a list of strings, or one string split by sep (a
+// convenience for "tools: Read, Write" and "runtime: bin/agent --flag").
+func (d *decoder) list(n *yaml.Node, path string, split func(string) []string) ([]string, bool) {
+	if n.Kind == yaml.ScalarNode {
+		s, ok := d.str(n, path)
+		if !ok {
+			return nil, false
+		}
+		return split(s), true
+	}
+	var out []string
+	ok := true
+	d.sequence(n, path, func(item *yaml.Node, p string) {
+		s, good := d.str(item, p)
+		if !good {
+			ok = false
+			return
+		}
+		out = append(out, s)
+	})
+	return out, ok && n.Kind == yaml.SequenceNode
+}
+
+// splitComma splits "Read, Write" into its trimmed, non-empty items.
+func splitComma(s string) []string {
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}

@@ -1,0 +1,129 @@
+package agents
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/bcpgw/bcpgw/bcp"
+)
+
+// The tools that gate protocol rights. Other tool names are passed to the
+// runtime untouched.
+const (
+	ToolQuery   = "BCPQuery"   // a Controller may send bcp_query_request
+	ToolRespond = "BCPRespond" // a Reader may answer queries
+	ToolPublish = "BCPPublish" // a Reader may publish to subscriptions
+)
+
+// DefaultIdleTimeout applies when a definition sets no idle_timeout.
+const DefaultIdleTimeout = 10 * time.Minute
+
+// Role is an agent's side of a channel.
+type Role string
+
+// The roles.
+const (
+	RoleController Role = "controller"
+	RoleReader     Role = "reader"
+)
+
+// Opposite returns the role the peer must hold.
+func (r Role) Opposite() Role {
+	if r == RoleController {
+		return RoleReader
+	}
+	return RoleController
+}
+
+// Definition is one agent, as its operator wrote it, with defaults applied.
+type Definition struct {
+	Name        string
+	Description string
+	File        string // the path it was loaded from
+	// Runtime is the argv of the runtime process.
+	Runtime []string
+	// Workdir is the runtime's working directory, resolved against the
+	// definition file's directory (default: that directory).
+	Workdir string
+	// Env holds the only variables the runtime gets besides PATH, HOME, LANG
+	// and BCPGW_AGENT. Values are kept as written; ${VAR} is expanded when
+	// the runtime starts.
+	Env           map[string]string
+	Model         string
+	Tools         []string
+	MaxTurns      int
+	IdleTimeout   time.Duration // 0 means never
+	Autostart     bool
+	Channels      []*Channel
+	CronSchedules []CronSchedule
+	// SystemPrompt is the Markdown body after the frontmatter.
+	SystemPrompt string
+
+	lines  lineIndex
+	broken bool // loaded with errors; its peers skip the mirror checks
+}
+
+// HasTool reports whether the definition lists tool (case-sensitive).
+func (d *Definition) HasTool(tool string) bool { return slices.Contains(d.Tools, tool) }
+
+// Channel returns the definition's channel to peer, or nil.
+func (d *Definition) Channel(peer string) *Channel {
+	for _, c := range d.Channels {
+		if c.Peer == peer {
+			return c
+		}
+	}
+	return nil
+}
+
+// Channel is one side of a BCP channel, as one agent declares it.
+type Channel struct {
+	Peer           string
+	Role           Role
+	MaxCategory    bcp.Category
+	BudgetBits     int64
+	MaxCat2Queries int
+	MaxCat3Queries int
+	Subscriptions  []*Subscription // only when Role is controller
+
+	index int // position in bcp_channels, for error paths
+}
+
+// Subscription is a push channel a Controller declares: what a Reader may
+// publish to it and how much that costs.
+type Subscription struct {
+	ID         string
+	Controller string
+	Reader     string
+	Spec       bcp.Spec
+	// Bits is what one accepted push is charged, computed once at load.
+	Bits float64
+
+	path string // e.g. "bcp_channels[0].subscriptions[1]"
+}
+
+// CronSchedule is a prompt sent to the agent on a schedule (standard
+// five-field cron syntax, or a descriptor such as @hourly).
+type CronSchedule struct {
+	Schedule string
+	Message  string
+	Label    string
+}
+
+// lineIndex maps a field path to the line that holds it.
+type lineIndex map[string]int
+
+// line returns the line of path, or of its nearest recorded parent.
+func (li lineIndex) line(path string) int {
+	for {
+		if n, ok := li[path]; ok {
+			return n
+		}
+		i := strings.LastIndexAny(path, ".[")
+		if i < 0 {
+			return li[""]
+		}
+		path = path[:i]
+	}
+}

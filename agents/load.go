@@ -1,0 +1,275 @@
+package agents
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/bcpgw/bcpgw/bcp"
+)
+
+// Set is a directory of definitions loaded and checked together.
+type Set struct {
+	Dir      string
+	Agents   []*Definition // sorted by name
+	Links    []*Link       // one per channel, sorted by controller then reader
+	Warnings []*Warning
+	// Notes say what was skipped, such as files that are not .md.
+	Notes []string
+
+	byName map[string]*Definition
+	// unnamed holds the base names (without .md) of files that failed
+	// before their name was known; a peer of that name is probably the
+	// broken file, so it is not also reported missing.
+	unnamed map[string]bool
+}
+
+// Link is a channel seen from both ends: the controller's side and the
+// reader's mirror.
+type Link struct {
+	Controller, Reader         *Definition
+	ControllerSide, ReaderSide *Channel
+}
+
+// MaxCategory is the channel's effective max category: the smaller of the
+// two sides' values.
+func (l *Link) MaxCategory() bcp.Category {
+	return min(l.ControllerSide.MaxCategory, l.ReaderSide.MaxCategory)
+}
+
+// Agent returns the definition named name, or nil.
+func (s *Set) Agent(name string) *Definition { return s.byName[name] }
+
+// Link returns the channel between controller and reader, or nil.
+func (s *Set) Link(controller, reader string) *Link {
+	for _, l := range s.Links {
+		if l.Controller.Name == controller && l.Reader.Name == reader {
+			return l
+		}
+	}
+	return nil
+}
+
+// Subscription returns the subscription id that controller declared on its
+// channel to reader, or nil.
+func (s *Set) Subscription(controller, reader, id string) *Subscription {
+	l := s.Link(controller, reader)
+	if l == nil {
+		return nil
+	}
+	for _, sub := range l.ControllerSide.Subscriptions {
+		if sub.ID == id {
+			return sub
+		}
+	}
+	return nil
+}
+
+// SubscriptionsFor returns every subscription that targets reader, ordered
+// by controller and then declaration order.
+func (s *Set) SubscriptionsFor(reader string) []*Subscription {
+	var out []*Subscription
+	for _, l := range s.Links {
+		if l.Reader.Name == reader {
+			out = append(out, l.ControllerSide.Subscriptions...)
+		}
+	}
+	return out
+}
+
+// LoadDir loads every .md file of dir (not recursing) as one set and
+// applies the rules that span files: unique names, existing peers, mirror
+// channels, effective categories. Other files are skipped with a note. On
+// failure the error is a *LoadError with every problem of every file.
+func LoadDir(dir string) (*Set, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("read agents directory: %w", err)
+	}
+	var (
+		set  = &Set{Dir: dir, byName: map[string]*Definition{}, unnamed: map[string]bool{}}
+		errs []*ParseError
+	)
+	for _, e := range entries {
+		name := e.Name()
+		path := filepath.Join(dir, name)
+		switch {
+		case strings.HasPrefix(name, "."):
+			continue // editor and VCS files
+		case e.IsDir():
+			set.Notes = append(set.Notes, fmt.Sprintf("%s: skipped: a directory (definitions are not searched recursively)", path))
+			continue
+		case !strings.EqualFold(filepath.Ext(name), ".md"):
+			set.Notes = append(set.Notes, fmt.Sprintf("%s: skipped: not a .md file", path))
+			continue
+		}
+		data, err := readFile(path)
+		if err != nil {
+			errs = append(errs, &ParseError{File: path, Msg: err.Error()})
+			continue
+		}
+		def, perrs := parseFile(path, data)
+		errs = append(errs, perrs...)
+		if def == nil || def.Name == "" {
+			set.unnamed[strings.TrimSuffix(name, filepath.Ext(name))] = true
+			continue
+		}
+		if first, dup := set.byName[def.Name]; dup {
+			errs = append(errs, def.errorf("name", "agent %q is already defined in %s", def.Name, first.File))
+			continue
+		}
+		set.byName[def.Name] = def
+		set.Agents = append(set.Agents, def)
+	}
+	if len(set.Agents) == 0 && len(errs) == 0 {
+		errs = append(errs, &ParseError{File: dir, Msg: "no agent definitions (.md files) found"})
+	}
+	slices.SortFunc(set.Agents, func(a, b *Definition) int { return cmp.Compare(a.Name, b.Name) })
+	errs = append(errs, set.link()...)
+	set.warn()
+	if len(errs) > 0 {
+		slices.SortStableFunc(errs, func(a, b *ParseError) int {
+			return cmp.Or(cmp.Compare(a.File, b.File), cmp.Compare(a.Line, b.Line))
+		})
+		return nil, &LoadError{Errors: errs, Warnings: set.Warnings, Notes: set.Notes}
+	}
+	return set, nil
+}
+
+// readFile reads a definition, refusing to read past MaxFileBytes so that
+// a huge file costs nothing.
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read: %w", err)
+	}
+	if len(data) > MaxFileBytes {
+		return nil, fmt.Errorf("file is larger than %d bytes; a definition may be at most that", MaxFileBytes)
+	}
+	return data, nil
+}
+
+// errorf returns a ParseError at the line of path in d's file.
+func (d *Definition) errorf(path, format string, args ...any) *ParseError {
+	return &ParseError{File: d.File, Line: d.lines.line(path), Path: path, Msg: fmt.Sprintf(format, args...)}
+}
+
+func (d *Definition) warnf(path, format string, args ...any) *Warning {
+	return (*Warning)(d.errorf(path, format, args...))
+}
+
+// chanPath is the field path of c in its definition.
+func chanPath(c *Channel, field string) string {
+	return join(index("bcp_channels", c.index), field)
+}
+
+// link pairs every channel with its mirror and checks the pair.
+func (s *Set) link() []*ParseError {
+	var errs []*ParseError
+	for _, d := range s.Agents {
+		for _, c := range d.Channels {
+			if c.Peer == "" || c.Role == "" || c.Peer == d.Name {
+				continue // already reported by Parse
+			}
+			peer := s.byName[c.Peer]
+			if peer == nil && s.unnamed[c.Peer] {
+				continue // its file failed to parse; that error comes first
+			}
+			if peer == nil {
+				errs = append(errs, d.errorf(chanPath(c, "peer"), "no agent named %q in %s", c.Peer, s.Dir))
+				continue
+			}
+			mirror := peer.Channel(d.Name)
+			if mirror == nil && peer.broken {
+				continue // the peer's own errors come first
+			}
+			if mirror == nil {
+				errs = append(errs, d.errorf(chanPath(c, "peer"), "%s has no channel back to %s: add {peer: %s, role: %s} to its bcp_channels in %s",
+					peer.Name, d.Name, d.Name, c.Role.Opposite(), peer.File))
+				continue
+			}
+			if mirror.Role == c.Role {
+				// Report once per pair, on the side that sorts first.
+				if d.Name < peer.Name {
+					errs = append(errs, d.errorf(chanPath(c, "role"), "both %s and %s say role %s; one side must be controller and the other reader",
+						d.Name, peer.Name, c.Role))
+				}
+				continue
+			}
+			if c.Role != RoleController {
+				continue
+			}
+			l := &Link{Controller: d, Reader: peer, ControllerSide: c, ReaderSide: mirror}
+			s.Links = append(s.Links, l)
+			errs = append(errs, s.checkLink(l)...)
+		}
+	}
+	return errs
+}
+
+// checkLink applies the rules that need both sides of a channel.
+func (s *Set) checkLink(l *Link) []*ParseError {
+	var errs []*ParseError
+	eff := l.MaxCategory()
+	for _, sub := range l.ControllerSide.Subscriptions {
+		sub.Controller, sub.Reader = l.Controller.Name, l.Reader.Name
+		if sub.Spec.Category > eff && sub.Spec.Category <= l.ControllerSide.MaxCategory {
+			errs = append(errs, l.Controller.errorf(join(sub.path, "category"),
+				"%d exceeds the channel's effective max_category %d (%s allows at most %d in %s)",
+				sub.Spec.Category, eff, l.Reader.Name, l.ReaderSide.MaxCategory, l.Reader.File))
+		}
+	}
+	return errs
+}
+
+// warn gathers the problems that do not stop a set from loading.
+func (s *Set) warn() {
+	w := func(x *Warning) { s.Warnings = append(s.Warnings, x) }
+	for _, d := range s.Agents {
+		for _, t := range d.Tools {
+			if strings.HasPrefix(strings.ToUpper(t), "BCP") && t != ToolQuery && t != ToolRespond && t != ToolPublish {
+				w(d.warnf("tools", "%q is not a BCP tool (BCPQuery, BCPRespond, BCPPublish); it grants no protocol right", t))
+			}
+		}
+		controls := false
+		for _, c := range d.Channels {
+			if c.Role == RoleController {
+				controls = true
+				if c.MaxCategory >= bcp.Cat2 && c.MaxCat2Queries == 0 {
+					w(d.warnf(chanPath(c, "max_category"), "max_category %d allows Cat-2 but max_cat2_queries is 0: Cat-2 queries to %s will be refused", c.MaxCategory, c.Peer))
+				}
+			}
+		}
+		if controls && !d.HasTool(ToolQuery) {
+			w(d.warnf("tools", "%s controls a channel but lacks the %s tool: it cannot query its readers", d.Name, ToolQuery))
+		}
+		if n := len(s.SubscriptionsFor(d.Name)); n > 0 && !d.HasTool(ToolPublish) {
+			w(d.warnf("tools", "%d subscription(s) target %s but it lacks the %s tool: it cannot publish to them", n, d.Name, ToolPublish))
+		}
+	}
+	for _, l := range s.Links {
+		for _, sub := range l.ControllerSide.Subscriptions {
+			for _, side := range []struct {
+				def *Definition
+				ch  *Channel
+			}{{l.Controller, l.ControllerSide}, {l.Reader, l.ReaderSide}} {
+				if sub.Bits > float64(side.ch.BudgetBits) {
+					w(l.Controller.warnf(sub.path, "%s costs %s per push, more than %s's budget_bits %d: it can never be delivered",
+						sub.ID, bcp.FormatBits(sub.Bits), side.def.Name, side.ch.BudgetBits))
+				}
+			}
+		}
+	}
+	slices.SortStableFunc(s.Warnings, func(a, b *Warning) int {
+		return cmp.Or(cmp.Compare(a.File, b.File), cmp.Compare(a.Line, b.Line))
+	})
+}

@@ -1,0 +1,481 @@
+package agents
+
+import (
+	"bytes"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/robfig/cron/v3"
+	"gopkg.in/yaml.v3"
+
+	"github.com/bcpgw/bcpgw/bcp"
+)
+
+// MaxFileBytes bounds a definition file. Definitions are a page or two;
+// anything near this size is a mistake, not a system prompt.
+const MaxFileBytes = 1 << 20
+
+var (
+	agentName      = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
+	subscriptionID = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
+	envName        = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	yamlErrLine    = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+)
+
+// reservedEnv may not be set by a definition: the gateway sets it, and it
+// is how a runtime learns its own name.
+const reservedEnv = "BCPGW_AGENT"
+
+// Parse parses one definition file. path is used for error messages and to
+// resolve workdir. On failure the error is a *LoadError listing every
+// problem found in the file. Rules that need the whole set (peers,
+// mirrors, duplicate names) are checked by LoadDir.
+func Parse(path string, data []byte) (*Definition, error) {
+	def, errs := parseFile(path, data)
+	if len(errs) > 0 {
+		return nil, &LoadError{Errors: errs}
+	}
+	return def, nil
+}
+
+// parseFile returns the definition, possibly partial, and its problems.
+// LoadDir keeps a partial definition that has a name so that its peers are
+// not reported missing because of an unrelated typo.
+func parseFile(path string, data []byte) (*Definition, []*ParseError) {
+	d := &decoder{file: path, offset: 1, lines: lineIndex{}}
+	def := parse(d, data)
+	if def != nil && len(d.errs) > 0 {
+		def.broken = true
+	}
+	return def, d.errs
+}
+
+func parse(d *decoder, data []byte) *Definition {
+	whole := func(format string, args ...any) *Definition {
+		d.errorf(0, "", format, args...)
+		return nil
+	}
+	switch {
+	case len(data) > MaxFileBytes:
+		return whole("file is %d bytes; a definition may be at most %d", len(data), MaxFileBytes)
+	case len(bytes.TrimSpace(data)) == 0:
+		return whole("file is empty: a definition starts with YAML frontmatter between --- lines")
+	case !utf8.Valid(data) || bytes.IndexByte(data, 0) >= 0:
+		return whole("file is not UTF-8 text (binary bytes found)")
+	}
+	data = bytes.TrimPrefix(data, []byte("\uFEFF"))
+	fm := findFrontmatter(data)
+	if fm == nil {
+		return whole("no frontmatter: the file must start with a --- line, then YAML, then another --- line")
+	}
+	if !fm.closed {
+		d.errorf(1, "", "frontmatter is not closed: add a --- line after the YAML")
+		return nil
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(fm.yaml, &doc); err != nil {
+		d.yamlError(err, fm.yaml)
+		return nil
+	}
+	if len(doc.Content) == 0 {
+		d.errorf(1, "", "frontmatter is empty: at least name and runtime are required")
+		return nil
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		d.fail(root, "", "frontmatter must be a map of fields, got %s", describe(root))
+		return nil
+	}
+	d.lines[""] = 1
+
+	def := &Definition{
+		File:         d.file,
+		Workdir:      filepath.Dir(d.file),
+		IdleTimeout:  DefaultIdleTimeout,
+		SystemPrompt: strings.TrimSpace(string(data[fm.bodyStart:])),
+		lines:        d.lines,
+	}
+	d.mapping(root, "", fields{
+		"name": func(n *yaml.Node, p string) {
+			if s, ok := d.str(n, p); ok {
+				if !agentName.MatchString(s) {
+					d.fail(n, p, "%q is not a valid agent name (lower-case letters, digits, _ and -, starting with a letter or digit)", s)
+				}
+				def.Name = s
+			}
+		},
+		"description": func(n *yaml.Node, p string) { def.Description, _ = d.str(n, p) },
+		"runtime": func(n *yaml.Node, p string) {
+			argv, ok := d.list(n, p, strings.Fields)
+			if ok && (len(argv) == 0 || argv[0] == "") {
+				d.fail(n, p, "must name the runtime program")
+			}
+			def.Runtime = argv
+		},
+		"workdir": func(n *yaml.Node, p string) {
+			if s, ok := d.str(n, p); ok {
+				def.Workdir = filepath.Join(filepath.Dir(d.file), s)
+				if filepath.IsAbs(s) {
+					def.Workdir = filepath.Clean(s)
+				}
+			}
+		},
+		"env": func(n *yaml.Node, p string) {
+			def.Env = map[string]string{}
+			env := fields{}
+			if n.Kind == yaml.MappingNode {
+				for i := 0; i+1 < len(n.Content); i += 2 {
+					name := n.Content[i].Value
+					env[name] = func(v *yaml.Node, vp string) {
+						switch {
+						case !envName.MatchString(name):
+							d.fail(v, vp, "%q is not a valid variable name", name)
+						case name == reservedEnv:
+							d.fail(v, vp, "%s is set by the gateway and cannot be overridden", reservedEnv)
+						default:
+							if s, ok := d.str(v, vp); ok {
+								def.Env[name] = s
+							}
+						}
+					}
+				}
+			}
+			d.mapping(n, p, env)
+		},
+		"model": func(n *yaml.Node, p string) { def.Model, _ = d.str(n, p) },
+		"tools": func(n *yaml.Node, p string) { def.Tools, _ = d.list(n, p, splitComma) },
+		"max_turns": func(n *yaml.Node, p string) {
+			def.MaxTurns, _ = d.atLeast(n, p, 0)
+		},
+		"idle_timeout": func(n *yaml.Node, p string) {
+			if v, ok := d.duration(n, p); ok {
+				def.IdleTimeout = v
+			}
+		},
+		"autostart": func(n *yaml.Node, p string) { def.Autostart, _ = d.boolean(n, p) },
+		"bcp_channels": func(n *yaml.Node, p string) {
+			i := 0
+			d.sequence(n, p, func(item *yaml.Node, ip string) {
+				if c := d.channel(item, ip, i); c != nil {
+					def.Channels = append(def.Channels, c)
+				}
+				i++
+			})
+		},
+		"cron_schedules": func(n *yaml.Node, p string) {
+			d.sequence(n, p, func(item *yaml.Node, ip string) {
+				if c, ok := d.cron(item, ip); ok {
+					def.CronSchedules = append(def.CronSchedules, c)
+				}
+			})
+		},
+	})
+	if def.Name == "" && !d.has("name") {
+		d.errorf(1, "name", "required")
+	}
+	if def.Runtime == nil && !d.has("runtime") {
+		d.errorf(1, "runtime", "required: the command that runs this agent, e.g. [bin/demo-agent, --role, reader]")
+	}
+	d.checkChannels(def)
+	return def
+}
+
+// has reports whether path was present in the file.
+func (d *decoder) has(path string) bool {
+	_, ok := d.lines[path]
+	return ok
+}
+
+// yamlError turns a yaml.v3 syntax error into ParseErrors with file lines.
+func (d *decoder) yamlError(err error, src []byte) {
+	msgs := []string{err.Error()}
+	if te, ok := err.(*yaml.TypeError); ok {
+		msgs = te.Errors
+	}
+	for _, msg := range msgs {
+		m := yamlErrLine.FindStringSubmatch(msg)
+		if m == nil {
+			d.errorf(1, "", "invalid YAML: %s", strings.TrimPrefix(msg, "yaml: "))
+			continue
+		}
+		line, _ := strconv.Atoi(m[1])
+		text := m[2]
+		if l := srcLine(src, line); strings.HasPrefix(strings.TrimLeft(l, " "), "\t") {
+			text += " (YAML does not allow tabs for indentation; use spaces)"
+		}
+		d.errorf(line+d.offset, "", "invalid YAML: %s", text)
+	}
+}
+
+func srcLine(src []byte, line int) string {
+	lines := strings.Split(string(src), "\n")
+	if line < 1 || line > len(lines) {
+		return ""
+	}
+	return lines[line-1]
+}
+
+// duration decodes a Go duration ("10m", "1h30m") or the integer 0.
+func (d *decoder) duration(n *yaml.Node, path string) (time.Duration, bool) {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!int" && n.Value == "0" {
+		return 0, true
+	}
+	s, ok := d.str(n, path)
+	if !ok {
+		return 0, false
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		d.fail(n, path, "%q is not a duration (examples: 90s, 10m, 1h; 0 means never)", s)
+		return 0, false
+	}
+	if v < 0 {
+		d.fail(n, path, "must not be negative")
+		return 0, false
+	}
+	return v, true
+}
+
+func (d *decoder) cron(n *yaml.Node, path string) (CronSchedule, bool) {
+	var c CronSchedule
+	ok := d.mapping(n, path, fields{
+		"schedule": func(n *yaml.Node, p string) {
+			if s, good := d.str(n, p); good {
+				if _, err := cron.ParseStandard(s); err != nil {
+					d.fail(n, p, "%q is not a cron schedule: %v", s, err)
+				}
+				c.Schedule = s
+			}
+		},
+		"message": func(n *yaml.Node, p string) { c.Message, _ = d.str(n, p) },
+		"label":   func(n *yaml.Node, p string) { c.Label, _ = d.str(n, p) },
+	})
+	if !ok {
+		return c, false
+	}
+	if !d.has(join(path, "schedule")) {
+		d.fail(n, join(path, "schedule"), "required")
+	}
+	if !d.has(join(path, "message")) {
+		d.fail(n, join(path, "message"), "required: the prompt sent on schedule")
+	}
+	return c, true
+}
+
+func (d *decoder) channel(n *yaml.Node, path string, idx int) *Channel {
+	c := &Channel{index: idx}
+	var subs *yaml.Node
+	ok := d.mapping(n, path, fields{
+		"peer": func(n *yaml.Node, p string) { c.Peer, _ = d.str(n, p) },
+		"role": func(n *yaml.Node, p string) {
+			s, good := d.str(n, p)
+			if good && s != string(RoleController) && s != string(RoleReader) {
+				d.fail(n, p, "must be controller or reader, got %q", s)
+				return
+			}
+			c.Role = Role(s)
+		},
+		"max_category": func(n *yaml.Node, p string) {
+			if v, good := d.integer(n, p); good {
+				if v < 1 || v > 3 {
+					d.fail(n, p, "must be 1, 2 or 3, got %d", v)
+					return
+				}
+				c.MaxCategory = bcp.Category(v)
+			}
+		},
+		"budget_bits": func(n *yaml.Node, p string) {
+			if v, good := d.integer(n, p); good {
+				if v <= 0 {
+					d.fail(n, p, "must be > 0, got %d", v)
+					return
+				}
+				c.BudgetBits = v
+			}
+		},
+		"max_cat2_queries": func(n *yaml.Node, p string) { c.MaxCat2Queries, _ = d.atLeast(n, p, 0) },
+		"max_cat3_queries": func(n *yaml.Node, p string) { c.MaxCat3Queries, _ = d.atLeast(n, p, 0) },
+		"subscriptions":    func(n *yaml.Node, p string) { subs = n },
+	})
+	if !ok {
+		return nil
+	}
+	for _, key := range []string{"peer", "role", "max_category", "budget_bits"} {
+		if !d.has(join(path, key)) {
+			d.fail(n, join(path, key), "required")
+		}
+	}
+	if subs == nil {
+		return c
+	}
+	sp := join(path, "subscriptions")
+	if c.Role == RoleReader {
+		d.fail(subs, sp, "only a controller declares subscriptions (this side is the reader)")
+		return c
+	}
+	seen := map[string]string{}
+	d.sequence(subs, sp, func(item *yaml.Node, ip string) {
+		s := d.subscription(item, ip, c.MaxCategory)
+		if s == nil {
+			return
+		}
+		if first, dup := seen[s.ID]; dup && s.ID != "" {
+			d.errorf(d.lines.line(join(ip, "id")), join(ip, "id"), "duplicate subscription id %q (also %s)", s.ID, first)
+			return
+		}
+		seen[s.ID] = ip
+		c.Subscriptions = append(c.Subscriptions, s)
+	})
+	return c
+}
+
+func (d *decoder) subscription(n *yaml.Node, path string, max bcp.Category) *Subscription {
+	s := &Subscription{path: path}
+	spec := &s.Spec
+	ok := d.mapping(n, path, fields{
+		"id": func(n *yaml.Node, p string) {
+			if v, good := d.str(n, p); good {
+				if !subscriptionID.MatchString(v) {
+					d.fail(n, p, "%q is not a valid subscription id (lower-case letters, digits and -, starting with a letter or digit)", v)
+				}
+				s.ID = v
+			}
+		},
+		"category": func(n *yaml.Node, p string) {
+			if v, good := d.integer(n, p); good {
+				spec.Category = bcp.Category(v)
+			}
+		},
+		"fields": func(n *yaml.Node, p string) {
+			spec.Fields = []bcp.Field{}
+			d.sequence(n, p, func(item *yaml.Node, ip string) {
+				spec.Fields = append(spec.Fields, d.field(item, ip))
+			})
+		},
+		"questions": func(n *yaml.Node, p string) {
+			spec.Questions = []bcp.Question{}
+			d.sequence(n, p, func(item *yaml.Node, ip string) {
+				spec.Questions = append(spec.Questions, d.question(item, ip))
+			})
+		},
+		"directive": func(n *yaml.Node, p string) { spec.Directive, _ = d.str(n, p) },
+		"max_words": func(n *yaml.Node, p string) {
+			if v, good := d.atLeast(n, p, 1); good {
+				spec.MaxWords = v
+			}
+		},
+		"on_anomaly": func(n *yaml.Node, p string) {
+			if v, good := d.str(n, p); good {
+				spec.OnAnomaly = bcp.OnAnomaly(v)
+			}
+		},
+	})
+	if !ok {
+		return nil
+	}
+	if !d.has(join(path, "id")) {
+		d.fail(n, join(path, "id"), "required")
+	}
+	if !d.has(join(path, "category")) {
+		d.fail(n, join(path, "category"), "required (1, 2 or 3)")
+		return nil
+	}
+	if spec.Category.Valid() && max.Valid() && spec.Category > max {
+		p := join(path, "category")
+		d.errorf(d.lines.line(p), p, "%d exceeds channel max_category %d", spec.Category, max)
+	}
+	for _, pr := range spec.Problems() {
+		p := join(path, pr.Path)
+		d.errorf(d.lines.line(p), p, "%s", pr.Msg)
+	}
+	// Cat-2 questions without their own limit inherit the subscription's,
+	// so that what a Reader is told is complete per question.
+	for i := range spec.Questions {
+		if spec.Questions[i].MaxWords == 0 {
+			spec.Questions[i].MaxWords = spec.MaxWords
+		}
+		if spec.Questions[i].Format == "" {
+			spec.Questions[i].Format = bcp.ShortText
+		}
+	}
+	s.Bits = bcp.Bits(*spec)
+	return s
+}
+
+func (d *decoder) field(n *yaml.Node, path string) bcp.Field {
+	var f bcp.Field
+	d.mapping(n, path, fields{
+		"name": func(n *yaml.Node, p string) { f.Name, _ = d.str(n, p) },
+		"type": func(n *yaml.Node, p string) {
+			v, _ := d.str(n, p)
+			f.Type = bcp.FieldType(v)
+		},
+		"values": func(n *yaml.Node, p string) {
+			f.Values = []string{}
+			d.sequence(n, p, func(item *yaml.Node, ip string) {
+				if v, ok := d.str(item, ip); ok {
+					f.Values = append(f.Values, v)
+				}
+			})
+		},
+		"min": func(n *yaml.Node, p string) { f.Min = d.intPtr(n, p) },
+		"max": func(n *yaml.Node, p string) { f.Max = d.intPtr(n, p) },
+	})
+	return f
+}
+
+func (d *decoder) question(n *yaml.Node, path string) bcp.Question {
+	var q bcp.Question
+	d.mapping(n, path, fields{
+		"id":       func(n *yaml.Node, p string) { q.ID, _ = d.str(n, p) },
+		"question": func(n *yaml.Node, p string) { q.Question, _ = d.str(n, p) },
+		"max_words": func(n *yaml.Node, p string) {
+			if v, ok := d.atLeast(n, p, 1); ok {
+				q.MaxWords = v
+			}
+		},
+		"expected_format": func(n *yaml.Node, p string) {
+			v, _ := d.str(n, p)
+			q.Format = bcp.Format(v)
+		},
+		"min": func(n *yaml.Node, p string) { q.Min = d.intPtr(n, p) },
+		"max": func(n *yaml.Node, p string) { q.Max = d.intPtr(n, p) },
+	})
+	return q
+}
+
+func (d *decoder) intPtr(n *yaml.Node, path string) *int64 {
+	v, ok := d.integer(n, path)
+	if !ok {
+		return nil
+	}
+	return &v
+}
+
+// checkChannels applies the per-file channel rules: a peer other than
+// oneself, at most one channel per peer.
+func (d *decoder) checkChannels(def *Definition) {
+	seen := map[string]int{}
+	for _, c := range def.Channels {
+		p := index("bcp_channels", c.index)
+		if c.Peer == "" {
+			continue
+		}
+		pp := join(p, "peer")
+		switch first, dup := seen[c.Peer]; {
+		case c.Peer == def.Name:
+			d.errorf(d.lines.line(pp), pp, "an agent cannot have a channel to itself")
+		case dup:
+			d.errorf(d.lines.line(pp), pp, "second channel to %q (bcp_channels[%d] already is); at most one channel per peer", c.Peer, first)
+		default:
+			seen[c.Peer] = c.index
+		}
+	}
+}
+
+func (c *Channel) String() string { return fmt.Sprintf("%s channel to %s", c.Role, c.Peer) }

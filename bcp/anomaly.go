@@ -1,0 +1,81 @@
+package bcp
+
+import (
+	"regexp"
+	"strings"
+)
+
+// AnomalyCode names a kind of suspicious content in Cat-2 or Cat-3 text.
+type AnomalyCode string
+
+// The anomaly codes.
+const (
+	AnomalyInstruction  AnomalyCode = "instruction"   // ignore, disregard, you must, system prompt, ...
+	AnomalyURL          AnomalyCode = "url"           // scheme://..., www.example.org, javascript:
+	AnomalyCodeFence    AnomalyCode = "code_fence"    // ``` or ~~~
+	AnomalyMarkdownLink AnomalyCode = "markdown_link" // [text](target), ![alt](src), [ref]: target
+	AnomalyHTMLTag      AnomalyCode = "html_tag"      // <tag ...>, </tag>, <!--
+	AnomalyRoleMarker   AnomalyCode = "role_marker"   // system:, assistant:, <|im_start|>, [INST]
+	AnomalyBase64       AnomalyCode = "base64"        // a long run of base64-like characters
+)
+
+// Anomaly is one kind of suspicious content found in one answer. Field is
+// the question id (Cat-2) or "summary" (Cat-3); Match is a short excerpt of
+// the normalized text that triggered it.
+type Anomaly struct {
+	Code  AnomalyCode `json:"code"`
+	Field string      `json:"field"`
+	Match string      `json:"match"`
+}
+
+// detectors run in this order; each reports at most once per answer. All
+// are RE2 expressions, which run in time linear in the input, so hostile
+// text cannot make detection slow.
+var detectors = []struct {
+	code AnomalyCode
+	re   *regexp.Regexp
+	// accept, when set, filters matches (a regexp cannot say "contains a
+	// digit and a letter" compactly).
+	accept func(string) bool
+}{
+	{AnomalyInstruction, regexp.MustCompile(`(?i)\b(?:ignore|disregard|forget|instead|override|pretend|jailbreak)\b|\byou (?:should|must|need to|have to|are now|will now|shall)\b|\bsystem prompt\b|\b(?:previous|prior|above|earlier|new|these) instructions?\b|\bfrom now on\b|\bact as\b|\bdo not (?:tell|reveal|mention|inform)\b`), nil},
+	{AnomalyURL, regexp.MustCompile(`(?i)\b[a-z][a-z0-9+.-]{1,15}://\S+|\bwww\.[a-z0-9-]+\.[a-z]{2,}\S*|\b(?:javascript|vbscript|data):[^\s,;]+`), nil},
+	{AnomalyCodeFence, regexp.MustCompile("```|~~~"), nil},
+	{AnomalyMarkdownLink, regexp.MustCompile(`!?\[[^\]\n]{0,200}\]\([^)\n]{0,500}\)|(?m)^\s*\[[^\]\n]{1,200}\]:\s*\S`), nil},
+	{AnomalyHTMLTag, regexp.MustCompile(`</?[A-Za-z][A-Za-z0-9:-]*(?:\s[^<>]{0,500})?/?>|<!--`), nil},
+	{AnomalyRoleMarker, regexp.MustCompile(`(?i)(?:^|\n)\s*(?:system|assistant|user|human|developer|tool)\s*:|\b(?:system|assistant|developer)\s*:|<\||\|>|\[/?inst\]|<</?sys>>`), nil},
+	{AnomalyBase64, regexp.MustCompile(`[A-Za-z0-9+/_-]{40,}={0,2}`), looksEncoded},
+}
+
+// looksEncoded accepts a long run only if it mixes letters and digits, so
+// that a long hyphenated word is not flagged.
+func looksEncoded(s string) bool {
+	return strings.ContainsAny(s, "0123456789") &&
+		strings.ContainsAny(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+}
+
+// detectAnomalies returns the anomalies of one normalized answer.
+func detectAnomalies(field, text string) []Anomaly {
+	var out []Anomaly
+	for _, d := range detectors {
+		for _, m := range d.re.FindAllString(text, 8) {
+			if d.accept == nil || d.accept(m) {
+				out = append(out, Anomaly{Code: d.code, Field: field, Match: excerpt(strings.TrimSpace(m))})
+				break
+			}
+		}
+	}
+	return out
+}
+
+// excerpt cuts s to at most maxQuoted characters.
+func excerpt(s string) string {
+	n := 0
+	for i := range s {
+		if n == maxQuoted {
+			return s[:i] + "..."
+		}
+		n++
+	}
+	return s
+}

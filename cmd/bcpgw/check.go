@@ -1,0 +1,126 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/bcpgw/bcpgw/agents"
+	"github.com/bcpgw/bcpgw/bcp"
+	"github.com/bcpgw/bcpgw/gateway"
+)
+
+// checkOutput is the one JSON object `bcpgw check` prints.
+type checkOutput struct {
+	Accepted      bool          `json:"accepted"`
+	Code          bcp.Code      `json:"code"`
+	Detail        string        `json:"detail"`
+	BandwidthBits float64       `json:"bandwidth_bits"`
+	Response      bcp.Response  `json:"response"`
+	Anomalies     []bcp.Anomaly `json:"anomalies"`
+	Route         bcp.Route     `json:"route"`
+}
+
+func newCheckCmd() *cobra.Command {
+	var agentsDir, controller, reader, subscription, response string
+	cmd := &cobra.Command{
+		Use:   "check --agents DIR --controller C --reader R --subscription ID --response JSON",
+		Short: "Dry-run one publish through exactly the gateway's validation",
+		Long: `Runs the checks the gateway applies when Reader R publishes RESPONSE to
+subscription ID of Controller C, with both sessions' budgets full, and prints
+one JSON object: accepted, code, detail, bandwidth_bits (charged), response
+(normalized, in spec order; null when refused), anomalies and route
+(deliver, review or reject).
+
+--response takes the JSON itself, @FILE to read it from a file, or - for
+standard input.
+
+Exit status: 0 accepted (route deliver or review), 1 refused, 2 usage or
+definition errors.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			raw, err := readResponse(response, cmd.InOrStdin())
+			if err != nil {
+				return &exitError{code: exitUsage, msg: err.Error()}
+			}
+			set, err := agents.LoadDir(agentsDir)
+			if err != nil {
+				return &exitError{code: exitUsage, msg: "definitions do not load:\n" + err.Error()}
+			}
+			if set.Agent(reader) == nil {
+				return &exitError{code: exitUsage, msg: fmt.Sprintf("--reader: no agent named %q in %s", reader, agentsDir)}
+			}
+			v := gateway.JudgePublish(set, gateway.Publish{
+				Reader: reader, Controller: controller, SubscriptionID: subscription, Response: raw,
+			}, gateway.FreshBudgets)
+			out := checkOutput{
+				Accepted:      v.Accepted(),
+				Detail:        v.Detail(),
+				BandwidthBits: v.Charged(),
+				Anomalies:     v.Result.Anomalies,
+				Route:         v.Result.Route,
+			}
+			if out.Anomalies == nil {
+				out.Anomalies = []bcp.Anomaly{}
+			}
+			if v.Err != nil {
+				out.Code = v.Err.Code
+			} else {
+				out.Response = v.Result.Response
+			}
+			enc := json.NewEncoder(cmd.OutOrStdout())
+			enc.SetEscapeHTML(false)
+			if err := enc.Encode(out); err != nil {
+				return err
+			}
+			if !out.Accepted {
+				return &exitError{code: exitFailed}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&agentsDir, "agents", os.Getenv("BCPGW_AGENTS"), "directory of agent definitions (env BCPGW_AGENTS)")
+	f.StringVar(&controller, "controller", "", "the subscribing Controller")
+	f.StringVar(&reader, "reader", "", "the publishing Reader")
+	f.StringVar(&subscription, "subscription", "", "the subscription id")
+	f.StringVar(&response, "response", "", "the response JSON, @FILE, or - for stdin")
+	for _, name := range []string{"controller", "reader", "subscription", "response"} {
+		_ = cmd.MarkFlagRequired(name)
+	}
+	cmd.PreRunE = func(*cobra.Command, []string) error {
+		if agentsDir == "" {
+			return errors.New("--agents is required (or set BCPGW_AGENTS)")
+		}
+		return nil
+	}
+	return cmd
+}
+
+// readResponse resolves --response: literal JSON, @FILE or - (stdin).
+func readResponse(arg string, stdin io.Reader) ([]byte, error) {
+	limit := func(r io.Reader, what string) ([]byte, error) {
+		data, err := io.ReadAll(io.LimitReader(r, bcp.MaxResponseBytes+1))
+		if err != nil {
+			return nil, fmt.Errorf("--response: read %s: %w", what, err)
+		}
+		return data, nil
+	}
+	switch {
+	case arg == "-":
+		return limit(stdin, "standard input")
+	case strings.HasPrefix(arg, "@"):
+		f, err := os.Open(arg[1:])
+		if err != nil {
+			return nil, fmt.Errorf("--response: %w", err)
+		}
+		defer f.Close()
+		return limit(f, arg[1:])
+	}
+	return []byte(arg), nil
+}

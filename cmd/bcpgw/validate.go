@@ -1,0 +1,218 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/bcpgw/bcpgw/agents"
+	"github.com/bcpgw/bcpgw/bcp"
+)
+
+func newValidateCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "validate DIR",
+		Short: "Check a directory of agent definitions and summarize it",
+		Long: `Loads every .md definition in DIR as one set, applies every load-time rule
+and prints a summary: each agent, its channels (effective max category and
+both sides' budgets) and each subscription with its bits per push.
+
+Errors read path/file.md:LINE: field.path: message, all of them at once.
+Exit status: 0 valid (warnings may be printed), 1 invalid.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			set, err := agents.LoadDir(args[0])
+			var le *agents.LoadError
+			if err != nil && !errors.As(err, &le) {
+				return &exitError{code: exitFailed, msg: err.Error()}
+			}
+			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
+			if asJSON {
+				if err := json.NewEncoder(out).Encode(validateReport(args[0], set, le)); err != nil {
+					return err
+				}
+			} else {
+				printProblems(errOut, set, le)
+				if set != nil {
+					printSummary(out, set)
+				}
+			}
+			if le != nil {
+				return &exitError{code: exitFailed, msg: fmt.Sprintf("%s: %d error(s)", args[0], len(le.Errors))}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object instead of text")
+	return cmd
+}
+
+func printProblems(w io.Writer, set *agents.Set, le *agents.LoadError) {
+	var (
+		warnings []*agents.Warning
+		notes    []string
+	)
+	if set != nil {
+		warnings, notes = set.Warnings, set.Notes
+	}
+	if le != nil {
+		warnings, notes = le.Warnings, le.Notes
+		for _, e := range le.Errors {
+			fmt.Fprintf(w, "error: %s\n", e)
+		}
+	}
+	for _, x := range warnings {
+		fmt.Fprintf(w, "warning: %s\n", x)
+	}
+	for _, n := range notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+}
+
+func printSummary(w io.Writer, set *agents.Set) {
+	subs := 0
+	for _, l := range set.Links {
+		subs += len(l.ControllerSide.Subscriptions)
+	}
+	fmt.Fprintf(w, "%s: valid: %s, %s, %s\n", set.Dir,
+		plural(len(set.Agents), "agent"), plural(len(set.Links), "channel"), plural(subs, "subscription"))
+	for _, d := range set.Agents {
+		fmt.Fprintf(w, "\nagent %s  (%s)\n", d.Name, d.File)
+		if len(d.Channels) == 0 {
+			fmt.Fprintln(w, "  no channels")
+		}
+		for _, c := range d.Channels {
+			l := linkOf(set, d, c)
+			fmt.Fprintf(w, "  channel to %s: %s, max category %d (effective %d), budget %d bits (%s), %d bits (%s)\n",
+				c.Peer, c.Role, c.MaxCategory, l.MaxCategory(),
+				l.ControllerSide.BudgetBits, l.Controller.Name, l.ReaderSide.BudgetBits, l.Reader.Name)
+			if len(c.Subscriptions) == 0 {
+				continue
+			}
+			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+			for _, s := range c.Subscriptions {
+				fmt.Fprintf(tw, "    subscription %s\tCat-%d\t%14s per push\t%s\n", s.ID, s.Spec.Category, bcp.FormatBits(s.Bits), shape(s.Spec))
+			}
+			tw.Flush()
+		}
+	}
+}
+
+// linkOf returns the link that channel c of d belongs to.
+func linkOf(set *agents.Set, d *agents.Definition, c *agents.Channel) *agents.Link {
+	if c.Role == agents.RoleController {
+		return set.Link(d.Name, c.Peer)
+	}
+	return set.Link(c.Peer, d.Name)
+}
+
+func shape(s bcp.Spec) string {
+	switch s.Category {
+	case bcp.Cat1:
+		return plural(len(s.Fields), "field")
+	case bcp.Cat2:
+		return plural(len(s.Questions), "question")
+	}
+	return fmt.Sprintf("summary of %d words", s.MaxWords)
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// The --json report. Field names are part of the CLI's interface.
+type (
+	jsonReport struct {
+		Dir      string        `json:"dir"`
+		Valid    bool          `json:"valid"`
+		Errors   []jsonProblem `json:"errors"`
+		Warnings []jsonProblem `json:"warnings"`
+		Notes    []string      `json:"notes"`
+		Agents   []jsonAgent   `json:"agents"`
+	}
+	jsonProblem struct {
+		File string `json:"file"`
+		Line int    `json:"line"`
+		Path string `json:"path"`
+		Msg  string `json:"message"`
+	}
+	jsonAgent struct {
+		Name     string        `json:"name"`
+		File     string        `json:"file"`
+		Tools    []string      `json:"tools"`
+		Channels []jsonChannel `json:"channels"`
+	}
+	jsonChannel struct {
+		Peer                 string             `json:"peer"`
+		Role                 agents.Role        `json:"role"`
+		MaxCategory          bcp.Category       `json:"max_category"`
+		EffectiveMaxCategory bcp.Category       `json:"effective_max_category"`
+		ControllerBudgetBits int64              `json:"controller_budget_bits"`
+		ReaderBudgetBits     int64              `json:"reader_budget_bits"`
+		Subscriptions        []jsonSubscription `json:"subscriptions"`
+	}
+	jsonSubscription struct {
+		ID            string         `json:"id"`
+		Category      bcp.Category   `json:"category"`
+		BandwidthBits float64        `json:"bandwidth_bits"`
+		Fields        []bcp.Field    `json:"fields,omitempty"`
+		Questions     []bcp.Question `json:"questions,omitempty"`
+		Directive     string         `json:"directive,omitempty"`
+		MaxWords      int            `json:"max_words,omitempty"`
+		OnAnomaly     bcp.OnAnomaly  `json:"on_anomaly,omitempty"`
+	}
+)
+
+func validateReport(dir string, set *agents.Set, le *agents.LoadError) jsonReport {
+	r := jsonReport{Dir: dir, Valid: le == nil, Errors: []jsonProblem{}, Warnings: []jsonProblem{}, Notes: []string{}, Agents: []jsonAgent{}}
+	warnings := []*agents.Warning(nil)
+	if le != nil {
+		for _, e := range le.Errors {
+			r.Errors = append(r.Errors, jsonProblem{e.File, e.Line, e.Path, e.Msg})
+		}
+		warnings = le.Warnings
+		r.Notes = append(r.Notes, le.Notes...)
+	}
+	if set == nil {
+		for _, w := range warnings {
+			r.Warnings = append(r.Warnings, jsonProblem{w.File, w.Line, w.Path, w.Msg})
+		}
+		return r
+	}
+	for _, w := range set.Warnings {
+		r.Warnings = append(r.Warnings, jsonProblem{w.File, w.Line, w.Path, w.Msg})
+	}
+	r.Notes = append(r.Notes, set.Notes...)
+	for _, d := range set.Agents {
+		a := jsonAgent{Name: d.Name, File: d.File, Tools: d.Tools, Channels: []jsonChannel{}}
+		if a.Tools == nil {
+			a.Tools = []string{}
+		}
+		for _, c := range d.Channels {
+			l := linkOf(set, d, c)
+			jc := jsonChannel{
+				Peer: c.Peer, Role: c.Role, MaxCategory: c.MaxCategory, EffectiveMaxCategory: l.MaxCategory(),
+				ControllerBudgetBits: l.ControllerSide.BudgetBits, ReaderBudgetBits: l.ReaderSide.BudgetBits,
+				Subscriptions: []jsonSubscription{},
+			}
+			for _, s := range c.Subscriptions {
+				jc.Subscriptions = append(jc.Subscriptions, jsonSubscription{
+					ID: s.ID, Category: s.Spec.Category, BandwidthBits: s.Bits,
+					Fields: s.Spec.Fields, Questions: s.Spec.Questions, Directive: s.Spec.Directive,
+					MaxWords: s.Spec.MaxWords, OnAnomaly: s.Spec.OnAnomaly,
+				})
+			}
+			a.Channels = append(a.Channels, jc)
+		}
+		r.Agents = append(r.Agents, a)
+	}
+	return r
+}

@@ -1,0 +1,110 @@
+package gateway
+
+import (
+	"fmt"
+
+	"github.com/bcpgw/bcpgw/agents"
+	"github.com/bcpgw/bcpgw/bcp"
+)
+
+// Publish is a Reader's bcp_response against a subscription. Reader comes
+// from the pipe the message arrived on, never from the message itself.
+type Publish struct {
+	Reader         string
+	Controller     string
+	SubscriptionID string
+	Response       []byte // raw JSON, exactly as the Reader sent it
+}
+
+// Remaining is what is left of the two budgets a push is charged against:
+// the Controller's session pool and the Reader's per-session cap on the
+// channel.
+type Remaining struct {
+	Controller float64
+	Reader     float64
+}
+
+// FreshBudgets returns the budgets of new sessions on both ends of l.
+func FreshBudgets(l *agents.Link) Remaining {
+	return Remaining{
+		Controller: float64(l.ControllerSide.BudgetBits),
+		Reader:     float64(l.ReaderSide.BudgetBits),
+	}
+}
+
+// Verdict is the decision on one publish.
+type Verdict struct {
+	// Subscription is the subscription published to; nil if none matched.
+	Subscription *agents.Subscription
+	// Result holds the normalized response, anomalies and route.
+	Result bcp.Result
+	// Err is the refusal, or nil when the publish is accepted (Route
+	// deliver or review).
+	Err *bcp.Error
+}
+
+// Accepted reports whether the publish goes on to delivery or review.
+func (v Verdict) Accepted() bool { return v.Err == nil }
+
+// Charged returns the bits the publish costs: the subscription's bits when
+// accepted, nothing when refused.
+func (v Verdict) Charged() float64 {
+	if v.Err != nil {
+		return 0
+	}
+	return v.Result.Bits
+}
+
+// Detail is the text the Reader is told: the refusal with its code, or
+// where the push went.
+func (v Verdict) Detail() string {
+	if v.Err != nil {
+		return v.Err.Error()
+	}
+	s := v.Subscription
+	where := fmt.Sprintf("(Cat-%d, %s)", s.Spec.Category, bcp.FormatBits(v.Result.Bits))
+	if v.Result.Route == bcp.RouteReview {
+		return fmt.Sprintf("Queued for operator review before delivery to controller %s %s", s.Controller, where)
+	}
+	return fmt.Sprintf("Published to controller %s %s", s.Controller, where)
+}
+
+// JudgePublish runs every check the gateway applies to a publish, in
+// order: the Reader's BCPPublish right, the subscription, validation, then
+// the budgets in left. It does not charge anything: the caller charges
+// Verdict.Charged() when it accepts the verdict.
+func JudgePublish(set *agents.Set, p Publish, left func(*agents.Link) Remaining) Verdict {
+	refuse := func(code bcp.Code, format string, args ...any) Verdict {
+		return Verdict{Result: bcp.Result{Route: bcp.RouteReject}, Err: bcp.Errorf(code, format, args...)}
+	}
+	reader := set.Agent(p.Reader)
+	if reader == nil || !reader.HasTool(agents.ToolPublish) {
+		return refuse(bcp.ToolNotAllowed, "Agent '%s' does not have the %s tool", p.Reader, agents.ToolPublish)
+	}
+	sub := set.Subscription(p.Controller, p.Reader, p.SubscriptionID)
+	if sub == nil {
+		return refuse(bcp.SubscriptionNotFound, "No active subscription '%s' from controller '%s'", p.SubscriptionID, p.Controller)
+	}
+	res, err := bcp.Validate(sub.Spec, p.Response)
+	v := Verdict{Subscription: sub, Result: res}
+	if err != nil {
+		v.Err, _ = err.(*bcp.Error)
+		if v.Err == nil {
+			v.Err = &bcp.Error{Code: bcp.ValidationFailed, Detail: err.Error()}
+		}
+		return v
+	}
+	budget := left(set.Link(p.Controller, p.Reader))
+	for _, side := range []struct {
+		name string
+		left float64
+	}{{p.Controller + "'s session pool", budget.Controller}, {"this " + p.Reader + " session", budget.Reader}} {
+		if sub.Bits > side.left {
+			v.Result.Route, v.Result.Response = bcp.RouteReject, nil
+			v.Err = bcp.Errorf(bcp.BudgetExhausted, "Bandwidth budget exhausted for channel to '%s': %s costs %s, %s has %s left",
+				p.Controller, sub.ID, bcp.FormatBits(sub.Bits), side.name, bcp.FormatBits(side.left))
+			return v
+		}
+	}
+	return v
+}
