@@ -99,6 +99,10 @@ func checkWords(words []string, max int) error {
 // zeros, no fraction, no exponent.
 var integerSyntax = regexp.MustCompile(`^-?(0|[1-9][0-9]*)$`)
 
+// dateSyntax is the shape of an ISO 8601 calendar date; time.Parse then
+// checks that the date exists.
+var dateSyntax = regexp.MustCompile(`^[0-9]{4}-[0-9]{2}-[0-9]{2}$`)
+
 // parseInteger parses text with integer syntax within the optional bounds.
 func parseInteger(text string, min, max *int64) (int64, error) {
 	if !integerSyntax.MatchString(text) {
@@ -148,7 +152,7 @@ func checkFormat(q Question, text string) (string, error) {
 		}
 		return text, nil
 	case Date:
-		if len(text) != len("2006-01-02") {
+		if !dateSyntax.MatchString(text) {
 			return "", fmt.Errorf("is not a date (YYYY-MM-DD): %s", quote(text))
 		}
 		if _, err := time.Parse("2006-01-02", text); err != nil {
