@@ -262,7 +262,8 @@ func (s *Set) warn() {
 				def *Definition
 				ch  *Channel
 			}{{l.Controller, l.ControllerSide}, {l.Reader, l.ReaderSide}} {
-				if sub.Bits > float64(side.ch.BudgetBits) {
+				// A missing budget (0) is already an error.
+				if side.ch.BudgetBits > 0 && sub.Bits > float64(side.ch.BudgetBits) {
 					w(l.Controller.warnf(sub.path, "%s costs %s per push, more than %s's budget_bits %d: it can never be delivered",
 						sub.ID, bcp.FormatBits(sub.Bits), side.def.Name, side.ch.BudgetBits))
 				}

@@ -32,23 +32,26 @@ func (r Response) MarshalJSON() ([]byte, error) {
 	if r == nil {
 		return []byte("null"), nil
 	}
+	// Text is delivered as written: no HTML escaping of <, > and &, which
+	// would change what a Controller reads. An outer encoder that wants
+	// escaping still applies it.
 	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
 	buf.WriteByte('{')
 	for i, e := range r {
 		if i > 0 {
 			buf.WriteByte(',')
 		}
-		k, err := json.Marshal(e.Key)
-		if err != nil {
+		if err := enc.Encode(e.Key); err != nil {
 			return nil, err
 		}
-		v, err := json.Marshal(e.Value)
-		if err != nil {
-			return nil, err
-		}
-		buf.Write(k)
+		buf.Truncate(buf.Len() - 1) // Encode's newline
 		buf.WriteByte(':')
-		buf.Write(v)
+		if err := enc.Encode(e.Value); err != nil {
+			return nil, err
+		}
+		buf.Truncate(buf.Len() - 1)
 	}
 	buf.WriteByte('}')
 	return buf.Bytes(), nil

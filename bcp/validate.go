@@ -179,7 +179,11 @@ func (v *validation) cat2(spec Spec, members []member) {
 		// An integer answer may come as a JSON number; it is delivered as
 		// a string either way.
 		if !(val.kind == kindString || (q.Format == IntegerFmt && val.kind == kindNumber)) {
-			v.fail(q.ID, "must be a string, got %s", val.kind)
+			want := "a string"
+			if q.Format == IntegerFmt {
+				want = "an integer or a string"
+			}
+			v.fail(q.ID, "must be %s, got %s", want, val.kind)
 			continue
 		}
 		if err := checkHygiene(val.text, false); err != nil {

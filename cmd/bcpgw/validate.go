@@ -29,7 +29,9 @@ Exit status: 0 valid (warnings may be printed), 1 invalid.`,
 			set, err := agents.LoadDir(args[0])
 			var le *agents.LoadError
 			if err != nil && !errors.As(err, &le) {
-				return &exitError{code: exitFailed, msg: err.Error()}
+				// The directory itself is unreadable: report it like any
+				// other load error, so --json still prints one object.
+				le = &agents.LoadError{Errors: []*agents.ParseError{{File: args[0], Msg: err.Error()}}}
 			}
 			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
 			if asJSON {
