@@ -1,6 +1,17 @@
-// Package runtime will hold the wire protocol between the gateway and an
-// agent's runtime process: the message types of PROTOCOL.md section 4, a
-// line codec with limits, and a small SDK for writing runtimes in Go.
+// Package runtime is the wire protocol between the gateway and an agent's
+// runtime process, and a small SDK for writing runtimes in Go.
 //
-// It knows message shapes only and imports nothing else of bcpgw's.
+// A runtime is a subprocess. The gateway writes one JSON object per line to
+// its stdin and reads one JSON object per line from its stdout; stderr is
+// free-form log text. Every object has a "type" field. The message types
+// and field names follow the existing BCP runtime protocol, so a runtime
+// written for it works unchanged; fields documented as new are additions
+// a runtime may ignore.
+//
+// This package knows message shapes only: it imports the bcp package for
+// the spec shapes carried in messages, and nothing else of bcpgw.
+//
+// The codec ([Decoder], [Encoder]) bounds every line. A line longer than
+// the limit, or one that is not a JSON object with a string "type", is
+// reported as a *[LineError] and skipped: the stream never loses its place.
 package runtime

@@ -1,0 +1,207 @@
+package runtime
+
+import (
+	"encoding/json"
+
+	"github.com/bcpgw/bcpgw/bcp"
+)
+
+// Message types, gateway to runtime.
+const (
+	TypeStart               = "start"
+	TypeSubscriptionsActive = "bcp_subscriptions_active"
+	TypePrompt              = "prompt"
+	TypeQuery               = "bcp_query"
+	TypeQuerySent           = "bcp_query_sent"
+	TypeQueryError          = "bcp_query_error"
+	TypeValidationResult    = "bcp_validation_result"
+	TypeResponseDelivery    = "bcp_response_delivery"
+	TypeInterrupt           = "interrupt"
+	TypeShutdown            = "shutdown"
+)
+
+// Message types, runtime to gateway. TypeError goes both ways: the gateway
+// answers a line it cannot accept with one.
+const (
+	TypeReady        = "ready"
+	TypeResult       = "result"
+	TypeText         = "text"
+	TypeToolUse      = "tool_use"
+	TypeToolResult   = "tool_result"
+	TypeLog          = "log"
+	TypeError        = "error"
+	TypeInterrupted  = "interrupted"
+	TypeQueryRequest = "bcp_query_request"
+	TypeResponse     = "bcp_response"
+)
+
+// Start is the first message to a runtime.
+type Start struct {
+	Type  string     `json:"type"`
+	Agent StartAgent `json:"agent"`
+}
+
+// StartAgent describes the agent a runtime is to be.
+type StartAgent struct {
+	Name         string   `json:"name"`
+	Tools        []string `json:"tools"`
+	Model        string   `json:"model,omitempty"`
+	SystemPrompt string   `json:"system_prompt"`
+	MaxTurns     int      `json:"max_turns,omitempty"`
+	Cwd          string   `json:"cwd"`
+}
+
+// SubscriptionsActive tells a Reader which subscriptions it may publish
+// to. It is sent right after ready when the Reader has at least one
+// subscription and the BCPPublish tool.
+type SubscriptionsActive struct {
+	Type          string               `json:"type"`
+	Subscriptions []ActiveSubscription `json:"subscriptions"`
+}
+
+// ActiveSubscription is one publish target.
+type ActiveSubscription struct {
+	SubscriptionID string         `json:"subscription_id"`
+	Controller     string         `json:"controller"`
+	Category       bcp.Category   `json:"category"`
+	Fields         []bcp.Field    `json:"fields,omitempty"`
+	Questions      []bcp.Question `json:"questions,omitempty"`
+	Directive      string         `json:"directive,omitempty"`
+	MaxWords       int            `json:"max_words,omitempty"`
+	BandwidthBits  float64        `json:"bandwidth_bits"` // new
+}
+
+// Prompt is a trigger (cron, operator) for one turn.
+type Prompt struct {
+	Type     string         `json:"type"`
+	Content  string         `json:"content"`
+	Metadata map[string]any `json:"metadata,omitempty"`
+}
+
+// Query asks a Reader to answer a Controller's query.
+type Query struct {
+	Type      string         `json:"type"`
+	QueryID   string         `json:"query_id"`
+	Category  bcp.Category   `json:"category"`
+	FromAgent string         `json:"from_agent"`
+	Context   string         `json:"context,omitempty"`
+	Fields    []bcp.Field    `json:"fields,omitempty"`
+	Questions []bcp.Question `json:"questions,omitempty"`
+	Directive string         `json:"directive,omitempty"`
+	MaxWords  int            `json:"max_words,omitempty"`
+}
+
+// QuerySent tells a Controller its query was accepted and routed (new).
+type QuerySent struct {
+	Type          string  `json:"type"`
+	RequestID     string  `json:"request_id"`
+	QueryID       string  `json:"query_id"`
+	ToAgent       string  `json:"to_agent"`
+	BandwidthBits float64 `json:"bandwidth_bits"`
+}
+
+// QueryError tells a Controller its query was refused or timed out.
+// Reason starts with an error code.
+type QueryError struct {
+	Type      string `json:"type"`
+	RequestID string `json:"request_id"`
+	ToAgent   string `json:"to_agent"`
+	Reason    string `json:"reason"`
+}
+
+// ValidationResult answers a Reader's bcp_response. Exactly one of QueryID
+// and SubscriptionID is set, echoing the response.
+type ValidationResult struct {
+	Type           string `json:"type"`
+	QueryID        string `json:"query_id,omitempty"`
+	SubscriptionID string `json:"subscription_id,omitempty"`
+	Success        bool   `json:"success"`
+	Detail         string `json:"detail"`
+}
+
+// ResponseDelivery brings validated data to a Controller as its next turn.
+// A runtime that sees a DeliveryID twice drops the second (the gateway
+// redelivers after a crash).
+type ResponseDelivery struct {
+	Type           string          `json:"type"`
+	QueryID        string          `json:"query_id,omitempty"`
+	SubscriptionID string          `json:"subscription_id,omitempty"`
+	Category       bcp.Category    `json:"category"`
+	FromAgent      string          `json:"from_agent"`
+	Response       json.RawMessage `json:"response"`
+	BandwidthBits  float64         `json:"bandwidth_bits"`
+	DeliveryID     string          `json:"delivery_id,omitempty"` // new
+	RequestID      string          `json:"request_id,omitempty"`  // new
+	Anomalies      []bcp.Anomaly   `json:"anomalies,omitempty"`   // new
+	Redelivered    bool            `json:"redelivered,omitempty"` // new
+	Prompt         string          `json:"prompt,omitempty"`      // new
+}
+
+// Interrupt asks a runtime to stop its current turn.
+type Interrupt struct {
+	Type   string `json:"type"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Shutdown asks a runtime to exit.
+type Shutdown struct {
+	Type   string `json:"type"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Ready tells the gateway the runtime has processed start.
+type Ready struct {
+	Type string `json:"type"`
+}
+
+// Result ends the current prompt, query or delivery.
+type Result struct {
+	Type       string  `json:"type"`
+	DurationMS int64   `json:"duration_ms"`
+	NumTurns   int     `json:"num_turns"`
+	CostUSD    float64 `json:"cost_usd"`
+	IsError    bool    `json:"is_error"`
+}
+
+// Log is a structured log line from a runtime.
+type Log struct {
+	Type    string `json:"type"`
+	Level   string `json:"level"`
+	Message string `json:"message"`
+}
+
+// Error reports a problem, in either direction.
+type Error struct {
+	Type    string `json:"type"`
+	Message string `json:"message"`
+}
+
+// QueryRequest is a Controller's query to a Reader (needs BCPQuery).
+type QueryRequest struct {
+	Type      string       `json:"type"`
+	RequestID string       `json:"request_id"`
+	To        string       `json:"to"`
+	Category  bcp.Category `json:"category"`
+	Spec      QuerySpec    `json:"spec"`
+}
+
+// QuerySpec is the shape a Controller asks for.
+type QuerySpec struct {
+	Fields    []bcp.Field    `json:"fields,omitempty"`
+	Questions []bcp.Question `json:"questions,omitempty"`
+	Directive string         `json:"directive,omitempty"`
+	MaxWords  int            `json:"max_words,omitempty"`
+	Context   string         `json:"context,omitempty"`
+}
+
+// Response is a Reader's answer to a query (QueryID set, needs
+// BCPRespond) or a publish to a subscription (SubscriptionID and
+// Controller set, needs BCPPublish). Response is kept raw: the gateway
+// validates the exact bytes.
+type Response struct {
+	Type           string          `json:"type"`
+	QueryID        string          `json:"query_id,omitempty"`
+	SubscriptionID string          `json:"subscription_id,omitempty"`
+	Controller     string          `json:"controller,omitempty"`
+	Response       json.RawMessage `json:"response"`
+}
