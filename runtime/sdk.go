@@ -1,0 +1,419 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+)
+
+// Handler is what a runtime author supplies. Every field is optional.
+// Prompt, Query and Delivery are turns: they run one at a time, in the
+// order the gateway sent them, and the SDK answers each with a result
+// message when it returns (is_error when it returns an error). The
+// context of a turn is cancelled by an interrupt or a shutdown.
+type Handler struct {
+	// Start runs when the start message arrives, before ready is sent.
+	Start func(ctx context.Context, c *Client) error
+	// Subscriptions runs when the gateway announces the subscriptions a
+	// Reader may publish to.
+	Subscriptions func(ctx context.Context, c *Client, subs []ActiveSubscription)
+	// Prompt handles a trigger (cron, operator).
+	Prompt func(ctx context.Context, c *Client, p Prompt) error
+	// Query handles a Controller's query to this Reader; answer it with
+	// c.Respond.
+	Query func(ctx context.Context, c *Client, q Query) error
+	// Delivery handles validated data arriving at a Controller. A delivery
+	// whose delivery_id was already seen is acknowledged without calling
+	// Delivery again.
+	Delivery func(ctx context.Context, c *Client, d ResponseDelivery) error
+}
+
+// ErrClosed is returned by Client calls made after the session ended.
+var ErrClosed = errors.New("runtime session closed")
+
+// QueryRefused is the error Client.Query returns when the gateway refuses
+// the query. Reason starts with an error code.
+type QueryRefused struct{ Reason string }
+
+func (e *QueryRefused) Error() string { return "query refused: " + e.Reason }
+
+// Client is the runtime's side of one session: what handlers use to talk
+// to the gateway. Its methods are safe for concurrent use.
+type Client struct {
+	enc   *Encoder
+	agent StartAgent
+
+	mu       sync.Mutex
+	subs     []ActiveSubscription
+	waiting  map[string][]chan ValidationResult // by "q:" or "s:" + id, FIFO
+	requests map[string]chan any                // by request_id
+	closed   bool
+}
+
+// Agent returns the agent described by the start message.
+func (c *Client) Agent() StartAgent { return c.agent }
+
+// Subscriptions returns the subscriptions last announced to this Reader.
+func (c *Client) Subscriptions() []ActiveSubscription {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]ActiveSubscription(nil), c.subs...)
+}
+
+// Publish sends response (any JSON-encodable value, or json.RawMessage)
+// to a subscription and waits for the gateway's verdict. A Cat-3 verdict
+// comes only after a person decided, so pass a context with a deadline if
+// the turn must not wait that long.
+func (c *Client) Publish(ctx context.Context, subscriptionID, controller string, response any) (ValidationResult, error) {
+	raw, err := toRaw(response)
+	if err != nil {
+		return ValidationResult{}, err
+	}
+	msg := Response{Type: TypeResponse, SubscriptionID: subscriptionID, Controller: controller, Response: raw}
+	return c.await(ctx, "s:"+subscriptionID, msg)
+}
+
+// Respond answers a query and waits for the gateway's verdict.
+func (c *Client) Respond(ctx context.Context, queryID string, response any) (ValidationResult, error) {
+	raw, err := toRaw(response)
+	if err != nil {
+		return ValidationResult{}, err
+	}
+	return c.await(ctx, "q:"+queryID, Response{Type: TypeResponse, QueryID: queryID, Response: raw})
+}
+
+func toRaw(v any) (json.RawMessage, error) {
+	if raw, ok := v.(json.RawMessage); ok {
+		return raw, nil
+	}
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode response: %w", err)
+	}
+	return raw, nil
+}
+
+// await sends msg and waits for the validation result filed under key.
+// Registering and sending happen under one lock, so waiters queue in the
+// order their messages were written, which is the order results return.
+func (c *Client) await(ctx context.Context, key string, msg any) (ValidationResult, error) {
+	ch := make(chan ValidationResult, 1)
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ValidationResult{}, ErrClosed
+	}
+	c.waiting[key] = append(c.waiting[key], ch)
+	err := c.enc.Encode(msg)
+	c.mu.Unlock()
+	if err != nil {
+		return ValidationResult{}, err
+	}
+	select {
+	case r, ok := <-ch:
+		if !ok {
+			return ValidationResult{}, ErrClosed
+		}
+		return r, nil
+	case <-ctx.Done():
+		return ValidationResult{}, ctx.Err()
+	}
+}
+
+// Query sends a query to a Reader. It returns once the gateway has
+// accepted (QuerySent) or refused (*QueryRefused) it; the answer arrives
+// later as a Delivery turn.
+func (c *Client) Query(ctx context.Context, q QueryRequest) (QuerySent, error) {
+	q.Type = TypeQueryRequest
+	if q.RequestID == "" {
+		return QuerySent{}, errors.New("query needs a request_id")
+	}
+	ch := make(chan any, 1)
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return QuerySent{}, ErrClosed
+	}
+	c.requests[q.RequestID] = ch
+	err := c.enc.Encode(q)
+	c.mu.Unlock()
+	if err != nil {
+		return QuerySent{}, err
+	}
+	select {
+	case v, ok := <-ch:
+		if !ok {
+			return QuerySent{}, ErrClosed
+		}
+		if m, refused := v.(QueryError); refused {
+			return QuerySent{}, &QueryRefused{Reason: m.Reason}
+		}
+		return v.(QuerySent), nil
+	case <-ctx.Done():
+		c.mu.Lock()
+		delete(c.requests, q.RequestID)
+		c.mu.Unlock()
+		return QuerySent{}, ctx.Err()
+	}
+}
+
+// Log sends a structured log line to the gateway's audit log.
+func (c *Client) Log(level, message string) error {
+	return c.enc.Encode(Log{Type: TypeLog, Level: level, Message: message})
+}
+
+// resolve hands a validation result to the oldest waiter for its id.
+func (c *Client) resolve(r ValidationResult) bool {
+	key := "s:" + r.SubscriptionID
+	if r.QueryID != "" {
+		key = "q:" + r.QueryID
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q := c.waiting[key]
+	if len(q) == 0 {
+		return false
+	}
+	q[0] <- r
+	if len(q) == 1 {
+		delete(c.waiting, key)
+	} else {
+		c.waiting[key] = q[1:]
+	}
+	return true
+}
+
+func (c *Client) answer(requestID string, v any) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch, ok := c.requests[requestID]
+	if ok {
+		ch <- v
+		delete(c.requests, requestID)
+	}
+	return ok
+}
+
+// close fails every waiter.
+func (c *Client) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	for _, q := range c.waiting {
+		for _, ch := range q {
+			close(ch)
+		}
+	}
+	for _, ch := range c.requests {
+		close(ch)
+	}
+	c.waiting, c.requests = nil, nil
+}
+
+// maxSeenDeliveries bounds the memory of seen delivery ids; redeliveries
+// come soon after the original, so the most recent ids are the ones that
+// matter.
+const maxSeenDeliveries = 10000
+
+// Run speaks the protocol on in and out until the gateway sends shutdown,
+// closes in, or ctx ends. It reads start, calls h.Start, sends ready, then
+// runs turns one at a time. Nothing but protocol messages is written to
+// out. It returns nil on a clean end.
+func Run(ctx context.Context, in io.Reader, out io.Writer, h Handler) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	dec := NewDecoder(in, DefaultMaxLine)
+	c := &Client{enc: NewEncoder(out), waiting: map[string][]chan ValidationResult{}, requests: map[string]chan any{}}
+	defer c.close()
+
+	first, err := dec.Next()
+	if err != nil {
+		return fmt.Errorf("read start: %w", err)
+	}
+	if first.Type != TypeStart {
+		return fmt.Errorf("first message is %q, want start", first.Type)
+	}
+	var start Start
+	if err := first.Decode(&start); err != nil {
+		return err
+	}
+	c.agent = start.Agent
+	if h.Start != nil {
+		if err := h.Start(ctx, c); err != nil {
+			return fmt.Errorf("start: %w", err)
+		}
+	}
+	if err := c.enc.Encode(Ready{Type: TypeReady}); err != nil {
+		return err
+	}
+
+	// The reader goroutine owns dec; Run owns the turn loop. Turns arrive
+	// one at a time from the gateway, so the queue rarely holds more than
+	// one; it is generous so that a waiting Publish never blocks the reader.
+	type turn struct {
+		env  Envelope
+		stop bool
+	}
+	turns := make(chan turn, 256)
+	var (
+		interruptMu sync.Mutex
+		interrupt   context.CancelFunc = func() {}
+		readErr     error
+		wg          sync.WaitGroup
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(turns)
+		for {
+			env, err := dec.Next()
+			var le *LineError
+			switch {
+			case errors.As(err, &le):
+				continue
+			case errors.Is(err, io.EOF):
+				return
+			case err != nil:
+				readErr = err
+				return
+			}
+			switch env.Type {
+			case TypeValidationResult:
+				var r ValidationResult
+				if env.Decode(&r) == nil {
+					c.resolve(r)
+				}
+			case TypeQuerySent:
+				var m QuerySent
+				if env.Decode(&m) == nil {
+					c.answer(m.RequestID, m)
+				}
+			case TypeQueryError:
+				var m QueryError
+				if env.Decode(&m) == nil {
+					c.answer(m.RequestID, m)
+				}
+			case TypeInterrupt:
+				interruptMu.Lock()
+				interrupt()
+				interruptMu.Unlock()
+			case TypeShutdown:
+				cancel()
+				return
+			case TypePrompt, TypeQuery, TypeResponseDelivery, TypeSubscriptionsActive:
+				select {
+				case turns <- turn{env: env}:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	defer wg.Wait()
+
+	seen := newSeenSet(maxSeenDeliveries)
+	for {
+		var t turn
+		var ok bool
+		select {
+		case t, ok = <-turns:
+		case <-ctx.Done():
+		}
+		if !ok {
+			cancel()
+			wg.Wait()
+			return readErr
+		}
+		turnCtx, turnCancel := context.WithCancel(ctx)
+		interruptMu.Lock()
+		interrupt = turnCancel
+		interruptMu.Unlock()
+		began := time.Now()
+		isTurn, err := runTurn(turnCtx, c, h, t.env, seen)
+		turnCancel()
+		if !isTurn {
+			continue
+		}
+		res := Result{Type: TypeResult, DurationMS: time.Since(began).Milliseconds(), NumTurns: 1, IsError: err != nil}
+		if err := c.enc.Encode(res); err != nil {
+			return err
+		}
+	}
+}
+
+// runTurn dispatches one queued message. isTurn is false for messages that
+// are not answered with a result.
+func runTurn(ctx context.Context, c *Client, h Handler, env Envelope, seen *seenSet) (isTurn bool, err error) {
+	switch env.Type {
+	case TypeSubscriptionsActive:
+		var m SubscriptionsActive
+		if err := env.Decode(&m); err != nil {
+			return false, nil
+		}
+		c.mu.Lock()
+		c.subs = m.Subscriptions
+		c.mu.Unlock()
+		if h.Subscriptions != nil {
+			h.Subscriptions(ctx, c, m.Subscriptions)
+		}
+		return false, nil
+	case TypePrompt:
+		var m Prompt
+		if err := env.Decode(&m); err != nil {
+			return true, err
+		}
+		if h.Prompt == nil {
+			return true, nil
+		}
+		return true, h.Prompt(ctx, c, m)
+	case TypeQuery:
+		var m Query
+		if err := env.Decode(&m); err != nil {
+			return true, err
+		}
+		if h.Query == nil {
+			return true, errors.New("this runtime does not answer queries")
+		}
+		return true, h.Query(ctx, c, m)
+	case TypeResponseDelivery:
+		var m ResponseDelivery
+		if err := env.Decode(&m); err != nil {
+			return true, err
+		}
+		if m.DeliveryID != "" && !seen.add(m.DeliveryID) {
+			return true, nil // a redelivery of one already handled
+		}
+		if h.Delivery == nil {
+			return true, nil
+		}
+		return true, h.Delivery(ctx, c, m)
+	}
+	return false, nil
+}
+
+// seenSet remembers the most recent n ids.
+type seenSet struct {
+	ids   map[string]bool
+	order []string
+	max   int
+}
+
+func newSeenSet(max int) *seenSet { return &seenSet{ids: map[string]bool{}, max: max} }
+
+// add records id and reports whether it was new.
+func (s *seenSet) add(id string) bool {
+	if s.ids[id] {
+		return false
+	}
+	s.ids[id] = true
+	s.order = append(s.order, id)
+	if len(s.order) > s.max {
+		delete(s.ids, s.order[0])
+		s.order = s.order[1:]
+	}
+	return true
+}
