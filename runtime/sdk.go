@@ -19,7 +19,8 @@ type Handler struct {
 	// Start runs when the start message arrives, before ready is sent.
 	Start func(ctx context.Context, c *Client) error
 	// Subscriptions runs when the gateway announces the subscriptions a
-	// Reader may publish to.
+	// Reader may publish to. Its context lasts as long as the session, so
+	// it may start a publisher that outlives the call.
 	Subscriptions func(ctx context.Context, c *Client, subs []ActiveSubscription)
 	// Prompt handles a trigger (cron, operator).
 	Prompt func(ctx context.Context, c *Client, p Prompt) error
@@ -327,6 +328,12 @@ func Run(ctx context.Context, in io.Reader, out io.Writer, h Handler) error {
 			cancel()
 			wg.Wait()
 			return readErr
+		}
+		if t.env.Type == TypeSubscriptionsActive {
+			// Not a turn: the handler may start work that lives as long
+			// as the session, so it gets the session's context.
+			runTurn(ctx, c, h, t.env, seen)
+			continue
 		}
 		turnCtx, turnCancel := context.WithCancel(ctx)
 		interruptMu.Lock()

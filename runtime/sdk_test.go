@@ -81,8 +81,12 @@ func (g *fakeGateway) expect(typ string, v ...any) Envelope {
 func TestRunPublishRoundTrip(t *testing.T) {
 	got := make(chan ValidationResult, 1)
 	announced := make(chan []ActiveSubscription, 1)
+	sessionCtx := make(chan context.Context, 1)
 	g := startRuntime(t, Handler{
-		Subscriptions: func(_ context.Context, _ *Client, subs []ActiveSubscription) { announced <- subs },
+		Subscriptions: func(ctx context.Context, _ *Client, subs []ActiveSubscription) {
+			sessionCtx <- ctx
+			announced <- subs
+		},
 		Prompt: func(ctx context.Context, c *Client, p Prompt) error {
 			r, err := c.Publish(ctx, "research-alerts", "main", map[string]any{"has_breaking_news": true})
 			got <- r
@@ -92,6 +96,15 @@ func TestRunPublishRoundTrip(t *testing.T) {
 	g.send(SubscriptionsActive{Type: TypeSubscriptionsActive, Subscriptions: []ActiveSubscription{{SubscriptionID: "research-alerts", Controller: "main", Category: 1}}})
 	if subs := <-announced; len(subs) != 1 || subs[0].SubscriptionID != "research-alerts" {
 		t.Fatalf("announced %+v", subs)
+	}
+	ctx := <-sessionCtx
+	g.send(Prompt{Type: TypePrompt, Content: "first"})
+	g.expect(TypeResponse)
+	g.send(ValidationResult{Type: TypeValidationResult, SubscriptionID: "research-alerts", Success: true})
+	<-got
+	g.expect(TypeResult)
+	if ctx.Err() != nil {
+		t.Fatal("the Subscriptions context ended with a turn; it must last as long as the session")
 	}
 	g.send(Prompt{Type: TypePrompt, Content: "go"})
 	var resp Response
