@@ -85,18 +85,27 @@ func (d *decoder) mapping(n *yaml.Node, path string, fs fields) bool {
 		}
 		seen[k.Value] = k.Line
 		d.lines[p] = k.Line + d.offset
+		if d.alias(v, p) {
+			continue
+		}
 		h, ok := fs[k.Value]
 		if !ok {
 			d.fail(k, p, "unknown field (known: %s)", knownKeys(fs))
 			continue
 		}
-		if v.Kind == yaml.AliasNode || v.Anchor != "" {
-			d.fail(v, p, "YAML anchors and aliases are not supported in definitions")
-			continue
-		}
 		h(v, p)
 	}
 	return true
+}
+
+// alias refuses anchors and aliases (and so merge keys, which need one):
+// a definition should read the same to a person as to the loader.
+func (d *decoder) alias(n *yaml.Node, path string) bool {
+	if n.Kind == yaml.AliasNode || n.Anchor != "" {
+		d.fail(n, path, "YAML anchors and aliases are not supported in definitions")
+		return true
+	}
+	return false
 }
 
 func knownKeys(fs fields) string {
@@ -117,6 +126,9 @@ func (d *decoder) sequence(n *yaml.Node, path string, fn func(item *yaml.Node, p
 	for i, item := range n.Content {
 		p := index(path, i)
 		d.lines[p] = item.Line + d.offset
+		if d.alias(item, p) {
+			continue
+		}
 		fn(item, p)
 	}
 }

@@ -87,7 +87,8 @@ type Channel struct {
 	MaxCat3Queries int
 	Subscriptions  []*Subscription // only when Role is controller
 
-	index int // position in bcp_channels, for error paths
+	index int  // position in bcp_channels, for error paths
+	dup   bool // a second channel to the same peer (an error)
 }
 
 // Subscription is a push channel a Controller declares: what a Reader may

@@ -30,7 +30,18 @@ type frontmatterParser struct {
 
 func (p frontmatterParser) Trigger() []byte { return p.meta.Trigger() }
 
+// isFence reports whether line is exactly "---" (trailing white space
+// allowed). goldmark-meta alone accepts any line of dashes, even indented,
+// which would end the frontmatter inside a YAML block scalar or at a bare
+// "-" list item.
+func isFence(line []byte) bool {
+	return string(bytes.TrimRight(line, " \t\r\n")) == "---"
+}
+
 func (p frontmatterParser) Open(parent ast.Node, r text.Reader, pc parser.Context) (ast.Node, parser.State) {
+	if line, _ := r.PeekLine(); !isFence(line) {
+		return nil, parser.NoChildren
+	}
 	n, st := p.meta.Open(parent, r, pc)
 	if n != nil {
 		pc.Set(frontmatterKey, &frontmatter{})
@@ -39,7 +50,11 @@ func (p frontmatterParser) Open(parent ast.Node, r text.Reader, pc parser.Contex
 }
 
 func (p frontmatterParser) Continue(n ast.Node, r text.Reader, pc parser.Context) parser.State {
-	_, seg := r.PeekLine()
+	line, seg := r.PeekLine()
+	if !isFence(line) {
+		n.Lines().Append(seg)
+		return parser.Continue | parser.NoChildren
+	}
 	st := p.meta.Continue(n, r, pc)
 	if st == parser.Close {
 		fm := pc.Get(frontmatterKey).(*frontmatter)

@@ -110,6 +110,7 @@ func LoadDir(dir string) (*Set, error) {
 		data, err := readFile(path)
 		if err != nil {
 			errs = append(errs, &ParseError{File: path, Msg: err.Error()})
+			set.unnamed[strings.TrimSuffix(name, filepath.Ext(name))] = true
 			continue
 		}
 		def, perrs := parseFile(path, data)
@@ -132,12 +133,17 @@ func LoadDir(dir string) (*Set, error) {
 	errs = append(errs, set.link()...)
 	set.warn()
 	if len(errs) > 0 {
-		slices.SortStableFunc(errs, func(a, b *ParseError) int {
-			return cmp.Or(cmp.Compare(a.File, b.File), cmp.Compare(a.Line, b.Line))
-		})
+		sortErrors(errs)
 		return nil, &LoadError{Errors: errs, Warnings: set.Warnings, Notes: set.Notes}
 	}
 	return set, nil
+}
+
+// sortErrors orders errors by file, then line.
+func sortErrors(errs []*ParseError) {
+	slices.SortStableFunc(errs, func(a, b *ParseError) int {
+		return cmp.Or(cmp.Compare(a.File, b.File), cmp.Compare(a.Line, b.Line))
+	})
 }
 
 // readFile reads a definition, refusing to read past MaxFileBytes so that
@@ -177,7 +183,7 @@ func (s *Set) link() []*ParseError {
 	var errs []*ParseError
 	for _, d := range s.Agents {
 		for _, c := range d.Channels {
-			if c.Peer == "" || c.Role == "" || c.Peer == d.Name {
+			if c.Peer == "" || c.Role == "" || c.Peer == d.Name || c.dup {
 				continue // already reported by Parse
 			}
 			peer := s.byName[c.Peer]
@@ -222,7 +228,8 @@ func (s *Set) checkLink(l *Link) []*ParseError {
 	eff := l.MaxCategory()
 	for _, sub := range l.ControllerSide.Subscriptions {
 		sub.Controller, sub.Reader = l.Controller.Name, l.Reader.Name
-		if sub.Spec.Category > eff && sub.Spec.Category <= l.ControllerSide.MaxCategory {
+		// A side whose max_category was refused (0) has its own error.
+		if eff.Valid() && sub.Spec.Category > eff && sub.Spec.Category <= l.ControllerSide.MaxCategory {
 			errs = append(errs, l.Controller.errorf(join(sub.path, "category"),
 				"%d exceeds the channel's effective max_category %d (%s allows at most %d in %s)",
 				sub.Spec.Category, eff, l.Reader.Name, l.ReaderSide.MaxCategory, l.Reader.File))

@@ -25,6 +25,9 @@ var (
 	subscriptionID = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
 	envName        = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	yamlErrLine    = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+	// yaml.v3 numbers the lines of its parser errors (unlike its scanner
+	// errors) from 0; these are the parser's messages.
+	yamlParserErr = regexp.MustCompile(`did not find expected (?:<document start>|node content|'-' indicator|key|',' or '\]'|',' or '\}')$|^found (?:undefined tag handle|duplicate %YAML directive|incompatible YAML document|duplicate %TAG directive)`)
 )
 
 // reservedEnv may not be set by a definition: the gateway sets it, and it
@@ -38,6 +41,7 @@ const reservedEnv = "BCPGW_AGENT"
 func Parse(path string, data []byte) (*Definition, error) {
 	def, errs := parseFile(path, data)
 	if len(errs) > 0 {
+		sortErrors(errs)
 		return nil, &LoadError{Errors: errs}
 	}
 	return def, nil
@@ -185,6 +189,16 @@ func parse(d *decoder, data []byte) *Definition {
 	return def
 }
 
+// failed reports whether an error was already reported at path.
+func (d *decoder) failed(path string) bool {
+	for _, e := range d.errs {
+		if e.Path == path {
+			return true
+		}
+	}
+	return false
+}
+
 // has reports whether path was present in the file.
 func (d *decoder) has(path string) bool {
 	_, ok := d.lines[path]
@@ -205,6 +219,9 @@ func (d *decoder) yamlError(err error, src []byte) {
 		}
 		line, _ := strconv.Atoi(m[1])
 		text := m[2]
+		if yamlParserErr.MatchString(text) {
+			line++
+		}
 		if l := srcLine(src, line); strings.HasPrefix(strings.TrimLeft(l, " "), "\t") {
 			text += " (YAML does not allow tabs for indentation; use spaces)"
 		}
@@ -271,7 +288,15 @@ func (d *decoder) channel(n *yaml.Node, path string, idx int) *Channel {
 	c := &Channel{index: idx}
 	var subs *yaml.Node
 	ok := d.mapping(n, path, fields{
-		"peer": func(n *yaml.Node, p string) { c.Peer, _ = d.str(n, p) },
+		"peer": func(n *yaml.Node, p string) {
+			if s, good := d.str(n, p); good {
+				if !agentName.MatchString(s) {
+					d.fail(n, p, "%q is not a valid agent name", s)
+					return
+				}
+				c.Peer = s
+			}
+		},
 		"role": func(n *yaml.Node, p string) {
 			s, good := d.str(n, p)
 			if good && s != string(RoleController) && s != string(RoleReader) {
@@ -391,6 +416,9 @@ func (d *decoder) subscription(n *yaml.Node, path string, max bcp.Category) *Sub
 	}
 	for _, pr := range spec.Problems() {
 		p := join(path, pr.Path)
+		if d.failed(p) {
+			continue // the value was refused while decoding; once is enough
+		}
 		d.errorf(d.lines.line(p), p, "%s", pr.Msg)
 	}
 	// Cat-2 questions without their own limit inherit the subscription's,
@@ -471,6 +499,7 @@ func (d *decoder) checkChannels(def *Definition) {
 		case c.Peer == def.Name:
 			d.errorf(d.lines.line(pp), pp, "an agent cannot have a channel to itself")
 		case dup:
+			c.dup = true
 			d.errorf(d.lines.line(pp), pp, "second channel to %q (bcp_channels[%d] already is); at most one channel per peer", c.Peer, first)
 		default:
 			seen[c.Peer] = c.index
