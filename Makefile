@@ -7,6 +7,7 @@ BENCHTIME ?= 1s
 # Each fuzz target and its package (go test -fuzz takes one target at a time).
 FUZZ_TARGETS := \
 	FuzzValidate:./bcp \
+	FuzzAnomalyPrefilter:./bcp \
 	FuzzParse:./agents
 
 .PHONY: all build test fmt-check vet run fuzz bench clean

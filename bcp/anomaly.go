@@ -37,14 +37,22 @@ var detectors = []struct {
 	// accept, when set, filters matches (a regexp cannot say "contains a
 	// digit and a letter" compactly).
 	accept func(string) bool
+	// hints are literals, in lower case, at least one of which every match
+	// contains. Go's regexp engine has no DFA, so checking for them first
+	// (strings.Contains is fast) skips most regexp runs on clean text.
+	// Empty means always run the regexp.
+	hints []string
 }{
-	{AnomalyInstruction, regexp.MustCompile(`(?i)\b(?:ignore|disregard|forget|instead|override|pretend|jailbreak)\b|\byou (?:should|must|need to|have to|are now|will now|shall)\b|\bsystem prompt\b|\b(?:previous|prior|above|earlier|new|these) instructions?\b|\bfrom now on\b|\bact as\b|\bdo not (?:tell|reveal|mention|inform)\b`), nil},
-	{AnomalyURL, regexp.MustCompile(`(?i)\b[a-z][a-z0-9+.-]{1,15}://\S+|\bwww\.[a-z0-9-]+\.[a-z]{2,}\S*|\b(?:javascript|vbscript|data):[^\s,;]+`), nil},
-	{AnomalyCodeFence, regexp.MustCompile("```|~~~"), nil},
-	{AnomalyMarkdownLink, regexp.MustCompile(`!?\[[^\]\n]{0,200}\]\([^)\n]{0,500}\)|(?m)^\s*\[[^\]\n]{1,200}\]:\s*\S`), nil},
-	{AnomalyHTMLTag, regexp.MustCompile(`</?[A-Za-z][A-Za-z0-9:-]*(?:\s[^<>]{0,500})?/?>|<!--`), nil},
-	{AnomalyRoleMarker, regexp.MustCompile(`(?i)(?:^|\n)\s*(?:system|assistant|user|human|developer|tool)\s*:|\b(?:system|assistant|developer)\s*:|<\||\|>|\[/?inst\]|<</?sys>>`), nil},
-	{AnomalyBase64, regexp.MustCompile(`[A-Za-z0-9+/_-]{40,}={0,2}`), looksEncoded},
+	{AnomalyInstruction, regexp.MustCompile(`(?i)\b(?:ignore|disregard|forget|instead|override|pretend|jailbreak)\b|\byou (?:should|must|need to|have to|are now|will now|shall)\b|\bsystem prompt\b|\b(?:previous|prior|above|earlier|new|these) instructions?\b|\bfrom now on\b|\bact as\b|\bdo not (?:tell|reveal|mention|inform)\b`), nil,
+		[]string{"ignore", "disregard", "forget", "instead", "override", "pretend", "jailbreak", "you ", "system prompt", "instruction", "from now on", "act as", "do not"}},
+	{AnomalyURL, regexp.MustCompile(`(?i)\b[a-z][a-z0-9+.-]{1,15}://\S+|\bwww\.[a-z0-9-]+\.[a-z]{2,}\S*|\b(?:javascript|vbscript|data):[^\s,;]+`), nil,
+		[]string{"://", "www.", "script:", "data:"}},
+	{AnomalyCodeFence, regexp.MustCompile("```|~~~"), nil, []string{"```", "~~~"}},
+	{AnomalyMarkdownLink, regexp.MustCompile(`!?\[[^\]\n]{0,200}\]\([^)\n]{0,500}\)|(?m)^\s*\[[^\]\n]{1,200}\]:\s*\S`), nil, []string{"]"}},
+	{AnomalyHTMLTag, regexp.MustCompile(`</?[A-Za-z][A-Za-z0-9:-]*(?:\s[^<>]{0,500})?/?>|<!--`), nil, []string{"<"}},
+	{AnomalyRoleMarker, regexp.MustCompile(`(?i)(?:^|\n)\s*(?:system|assistant|user|human|developer|tool)\s*:|\b(?:system|assistant|developer)\s*:|<\||\|>|\[/?inst\]|<</?sys>>`), nil,
+		[]string{":", "<|", "|>", "inst]", "sys>>"}},
+	{AnomalyBase64, regexp.MustCompile(`[A-Za-z0-9+/_-]{40,}={0,2}`), looksEncoded, nil}, // see hasLongWord
 }
 
 // looksEncoded accepts a long run only if it mixes letters and digits, so
@@ -56,8 +64,20 @@ func looksEncoded(s string) bool {
 
 // detectAnomalies returns the anomalies of one normalized answer.
 func detectAnomalies(field, text string) []Anomaly {
+	return detect(field, text, isASCII(text))
+}
+
+// detect runs the detectors, skipping those whose hints are absent when
+// prefilter is set. The prefilter is only sound for ASCII text: (?i) in a
+// regexp also folds characters such as U+017F (ſ) to s, which
+// strings.ToLower leaves alone.
+func detect(field, text string, prefilter bool) []Anomaly {
 	var out []Anomaly
+	lower := strings.ToLower(text)
 	for _, d := range detectors {
+		if prefilter && (!containsAny(lower, d.hints) || (d.code == AnomalyBase64 && !hasLongWord(text, 40))) {
+			continue
+		}
 		for _, m := range d.re.FindAllString(text, 8) {
 			if d.accept == nil || d.accept(m) {
 				out = append(out, Anomaly{Code: d.code, Field: field, Match: excerpt(strings.TrimSpace(m))})
@@ -66,6 +86,39 @@ func detectAnomalies(field, text string) []Anomaly {
 		}
 	}
 	return out
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+// hasLongWord reports whether s has a run of at least n bytes without
+// white space.
+func hasLongWord(s string, n int) bool {
+	run := 0
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == ' ' || c == '\n' {
+			run = 0
+		} else if run++; run >= n {
+			return true
+		}
+	}
+	return false
+}
+
+// containsAny reports whether s contains one of subs; no subs means yes.
+func containsAny(s string, subs []string) bool {
+	for _, sub := range subs {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return len(subs) == 0
 }
 
 // excerpt cuts s to at most maxQuoted characters.

@@ -82,6 +82,25 @@ func normalizeText(s string) (string, []string) {
 	return strings.Join(out, "\n"), words
 }
 
+// checkWordCount refuses text with more than max words before any
+// normalization is spent on it. NFC never adds or removes white space, so
+// the count is the same as after normalization.
+func checkWordCount(s string, max int) error {
+	n, in := 0, false
+	for _, r := range s {
+		if unicode.IsSpace(r) {
+			in = false
+		} else if !in {
+			in = true
+			n++
+		}
+	}
+	if n > max {
+		return fmt.Errorf("has %d words; the limit is %d", n, max)
+	}
+	return nil
+}
+
 // checkWords enforces a word limit and the per-word length bound.
 func checkWords(words []string, max int) error {
 	if len(words) > max {

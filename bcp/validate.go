@@ -190,6 +190,10 @@ func (v *validation) cat2(spec Spec, members []member) {
 			v.fail(q.ID, "%v", err)
 			continue
 		}
+		if err := checkWordCount(val.text, spec.QuestionWords(q)); err != nil {
+			v.fail(q.ID, "%v", err)
+			continue
+		}
 		text, words := normalizeLine(val.text)
 		if text == "" {
 			v.fail(q.ID, "is empty")
@@ -234,6 +238,10 @@ func (v *validation) cat3(spec Spec, members []member) {
 		return
 	}
 	if err := checkHygiene(val.text, true); err != nil {
+		v.fail(summaryKey, "%v", err)
+		return
+	}
+	if err := checkWordCount(val.text, spec.MaxWords); err != nil {
 		v.fail(summaryKey, "%v", err)
 		return
 	}
