@@ -151,13 +151,21 @@ type Encoder struct {
 // NewEncoder writes to w.
 func NewEncoder(w io.Writer) *Encoder { return &Encoder{w: w} }
 
-// Encode writes v as one line.
-func (e *Encoder) Encode(v any) error {
+// Marshal encodes v as one protocol line, newline included.
+func Marshal(v any) ([]byte, error) {
 	line, err := json.Marshal(v)
 	if err != nil {
-		return fmt.Errorf("encode message: %w", err)
+		return nil, fmt.Errorf("encode message: %w", err)
 	}
-	line = append(line, '\n')
+	return append(line, '\n'), nil
+}
+
+// Encode writes v as one line.
+func (e *Encoder) Encode(v any) error {
+	line, err := Marshal(v)
+	if err != nil {
+		return err
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if _, err := e.w.Write(line); err != nil {

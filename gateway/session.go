@@ -1,0 +1,483 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/bcpgw/bcpgw/agents"
+	"github.com/bcpgw/bcpgw/bcp"
+	"github.com/bcpgw/bcpgw/runtime"
+)
+
+// Session defaults. See SessionConfig.
+const (
+	DefaultReadyTimeout = 30 * time.Second
+	DefaultGrace        = 5 * time.Second
+	// DefaultFloodRate and DefaultFloodBurst bound what one runtime may
+	// write on stdout: 200 lines a second sustained, bursts of 1,000. An
+	// agent driven by a model writes a few lines a second; a runtime over
+	// the limit is stopped, so it cannot starve the gateway or the other
+	// sessions. Stderr lines over the same limit are dropped, and counted.
+	DefaultFloodRate  = 200.0
+	DefaultFloodBurst = 1000
+	// outQueue bounds the messages waiting to be written to a runtime's
+	// stdin. A runtime that stops reading fills it and is stopped.
+	outQueue = 256
+	// stderrTail is how many stderr lines an exit error keeps.
+	stderrTail = 10
+	// maxStderrLine bounds one relayed stderr line.
+	maxStderrLine = 8 << 10
+)
+
+// SessionConfig configures one runtime session.
+type SessionConfig struct {
+	// Def is the agent. Required.
+	Def *agents.Definition
+	// Subscriptions are announced (bcp_subscriptions_active) right after
+	// ready when the agent holds BCPPublish and there is at least one.
+	Subscriptions []runtime.ActiveSubscription
+	// Logger receives the session's own log lines and the runtime's
+	// stderr, under a sub-logger named after the agent. Default: discard.
+	Logger hclog.Logger
+	// Auditor receives the session's audit events. Default: Logger.
+	Auditor Auditor
+	// Clock times the ready timeout, idle timeout and the stop phases.
+	// Default: the system clock.
+	Clock Clock
+	// LookupEnv reads the gateway's environment for PATH, HOME, LANG and
+	// ${VAR} in the definition's env. Default: os.LookupEnv.
+	LookupEnv func(string) (string, bool)
+	// ReadyTimeout bounds the wait for ready. Default DefaultReadyTimeout.
+	ReadyTimeout time.Duration
+	// Grace is how long a stopping runtime gets after shutdown, and again
+	// after SIGTERM, before SIGKILL. Default DefaultGrace.
+	Grace time.Duration
+	// MaxLine bounds one stdout line. Default runtime.DefaultMaxLine.
+	MaxLine int
+	// FloodRate (lines per second) and FloodBurst bound stdout and stderr.
+	FloodRate  float64
+	FloodBurst int
+	// OnMessage receives the runtime's bcp_query_request and bcp_response
+	// messages that passed the session's rights check, in the order the
+	// runtime wrote them, on the session's goroutine: it must not block.
+	// Nil refuses them as not routed.
+	OnMessage func(s *Session, env runtime.Envelope)
+}
+
+func (c *SessionConfig) defaults() {
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	if c.Auditor == nil {
+		c.Auditor = LogAuditor{Logger: c.Logger}
+	}
+	if c.Clock == nil {
+		c.Clock = SystemClock{}
+	}
+	if c.LookupEnv == nil {
+		c.LookupEnv = os.LookupEnv
+	}
+	if c.ReadyTimeout <= 0 {
+		c.ReadyTimeout = DefaultReadyTimeout
+	}
+	if c.Grace <= 0 {
+		c.Grace = DefaultGrace
+	}
+	if c.MaxLine <= 0 {
+		c.MaxLine = runtime.DefaultMaxLine
+	}
+	if c.FloodRate <= 0 {
+		c.FloodRate = DefaultFloodRate
+	}
+	if c.FloodBurst <= 0 {
+		c.FloodBurst = DefaultFloodBurst
+	}
+}
+
+// ExitError is how a runtime ended when nobody asked it to: its exit
+// status and the last lines it wrote to stderr.
+type ExitError struct {
+	Agent  string
+	Code   int    // exit code, or -1 when killed by a signal
+	Signal string // the signal, if any
+	Reason string // why the gateway stopped it, if it did (e.g. flooding)
+	Stderr []string
+}
+
+func (e *ExitError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "runtime of %s ", e.Agent)
+	switch {
+	case e.Reason != "":
+		fmt.Fprintf(&b, "stopped by the gateway: %s", e.Reason)
+	case e.Signal != "":
+		fmt.Fprintf(&b, "killed by %s", e.Signal)
+	default:
+		fmt.Fprintf(&b, "exited with code %d", e.Code)
+	}
+	if len(e.Stderr) > 0 {
+		fmt.Fprintf(&b, "; last stderr: %s", strings.Join(e.Stderr, " | "))
+	}
+	return b.String()
+}
+
+// ErrSessionClosed is returned when work is submitted to a session that
+// has ended.
+var ErrSessionClosed = errors.New("session closed")
+
+// Session is one runtime process, from spawn to exit. One goroutine (run)
+// owns its state; the others send it typed messages. Create it with
+// StartSession.
+type Session struct {
+	cfg  SessionConfig
+	name string
+	log  hclog.Logger
+	cmd  *exec.Cmd
+
+	out    chan []byte // to the stdin writer
+	work   chan any    // prompts and deliveries, in order
+	sends  chan any    // messages sent right away (not turns)
+	stopCh chan string // stop requests, with a reason
+	done   chan struct{}
+
+	ready    chan struct{} // closed when ready arrives
+	startErr error         // set before done closes, if the start failed
+
+	// outClosed is owned by the run goroutine (and by StartSession before
+	// run starts): out may be closed only once, and never sent on after.
+	outClosed bool
+
+	mu     sync.Mutex
+	err    error // why the session ended; nil if stopped on request
+	stderr []string
+}
+
+// StartSession spawns the definition's runtime and returns once it has
+// answered start with ready and been told its subscriptions. On failure
+// the error says why: not executable, exited early, printed something
+// that is not JSON before ready, or no ready in time. ctx bounds the start
+// only; stop a running session with Stop.
+func StartSession(ctx context.Context, cfg SessionConfig) (*Session, error) {
+	cfg.defaults()
+	def := cfg.Def
+	s := &Session{
+		cfg:    cfg,
+		name:   def.Name,
+		log:    cfg.Logger.Named(def.Name),
+		out:    make(chan []byte, outQueue),
+		work:   make(chan any),
+		sends:  make(chan any),
+		stopCh: make(chan string, 1),
+		done:   make(chan struct{}),
+		ready:  make(chan struct{}),
+	}
+	env, err := runtimeEnv(def, cfg.LookupEnv)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", def.Name, err)
+	}
+	path, _ := envValue(env, "PATH")
+	prog, err := runtimeProgram(def, path)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", def.Name, err)
+	}
+	cmd := exec.Command(prog, def.Runtime[1:]...)
+	cmd.Env = env
+	cmd.Dir = def.Workdir
+	// Its own process group, so that stopping it reaches its children.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", def.Name, err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", def.Name, err)
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", def.Name, err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w%s", def.Name, err, startHint(prog, err))
+	}
+	s.cmd = cmd
+	s.audit("session_started", "", fmt.Sprintf("pid %d: %s", cmd.Process.Pid, strings.Join(def.Runtime, " ")), nil)
+
+	lines := make(chan lineEvent)
+	exited := make(chan error, 1)
+	var pipes sync.WaitGroup
+	pipes.Add(2)
+	go func() { defer pipes.Done(); s.readStdout(stdout, lines) }()
+	go func() { defer pipes.Done(); s.relayStderr(stderr) }()
+	// start is queued before run begins, so that every later send
+	// happens on the run goroutine.
+	if err := s.send(runtime.Start{Type: runtime.TypeStart, Agent: runtime.StartAgent{
+		Name: def.Name, Tools: nonNil(def.Tools), Model: def.Model, SystemPrompt: def.SystemPrompt,
+		MaxTurns: def.MaxTurns, Cwd: absDir(def.Workdir),
+	}}); err != nil {
+		s.Kill()
+		return nil, fmt.Errorf("start %s: %w", def.Name, err)
+	}
+	go s.writeStdin(stdin)
+	go func() {
+		// Wait only after both pipes hit EOF, as os/exec requires.
+		pipes.Wait()
+		exited <- cmd.Wait()
+	}()
+	go s.run(lines, exited)
+
+	select {
+	case <-s.ready:
+		return s, nil
+	case <-s.done:
+		return nil, s.startErr
+	case <-ctx.Done():
+		s.Kill()
+		<-s.done
+		return nil, fmt.Errorf("start %s: %w", def.Name, ctx.Err())
+	}
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func absDir(dir string) string {
+	if abs, err := filepath.Abs(dir); err == nil {
+		return abs
+	}
+	return dir
+}
+
+func envValue(env []string, key string) (string, bool) {
+	for _, kv := range env {
+		if k, v, _ := strings.Cut(kv, "="); k == key {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// startHint explains the common reasons a runtime cannot be executed.
+func startHint(prog string, err error) string {
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return " (check the runtime path in the definition; relative paths are resolved against the definition's directory)"
+	case errors.Is(err, os.ErrPermission):
+		return fmt.Sprintf(" (%s is not executable: chmod +x it)", prog)
+	}
+	return ""
+}
+
+// Name is the agent's name.
+func (s *Session) Name() string { return s.name }
+
+// Pid is the runtime's process id.
+func (s *Session) Pid() int { return s.cmd.Process.Pid }
+
+// Done is closed when the runtime has exited and the session is over.
+func (s *Session) Done() <-chan struct{} { return s.done }
+
+// Err says why the session ended, once Done is closed: nil when it was
+// stopped on request (Stop, idle timeout), an *ExitError when the runtime
+// crashed or was stopped for misbehaving.
+func (s *Session) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// Prompt queues a prompt turn. Turns run one at a time in order.
+func (s *Session) Prompt(ctx context.Context, content string, metadata map[string]any) error {
+	return s.submit(ctx, s.work, runtime.Prompt{Type: runtime.TypePrompt, Content: content, Metadata: metadata})
+}
+
+// Send writes a message to the runtime now, outside the turn queue (a
+// validation result, a query answer).
+func (s *Session) Send(ctx context.Context, msg any) error {
+	return s.submit(ctx, s.sends, msg)
+}
+
+func (s *Session) submit(ctx context.Context, ch chan any, msg any) error {
+	select {
+	case ch <- msg:
+		return nil
+	case <-s.done:
+		return ErrSessionClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Stop ends the session gracefully: shutdown, close stdin, SIGTERM to the
+// process group after the grace period, SIGKILL after another. It waits
+// until the runtime has exited or ctx ends. Safe to call more than once.
+func (s *Session) Stop(ctx context.Context, reason string) error {
+	select {
+	case s.stopCh <- reason:
+	default: // a stop is already pending
+	}
+	select {
+	case <-s.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Kill ends the session at once with SIGKILL to its process group. It
+// does not wait. Safe to call more than once, and after exit.
+func (s *Session) Kill() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+	}
+}
+
+// send encodes msg and queues it for stdin without blocking; a runtime
+// that lets the queue fill up is not reading and is killed. Only the run
+// goroutine calls it (and StartSession, before run starts).
+func (s *Session) send(msg any) error {
+	if s.outClosed {
+		return ErrSessionClosed
+	}
+	line, err := runtime.Marshal(msg)
+	if err != nil {
+		return err
+	}
+	select {
+	case s.out <- line:
+		return nil
+	default:
+		s.Kill()
+		return errors.New("runtime is not reading its stdin")
+	}
+}
+
+// closeOut closes stdin's queue once: the writer then closes stdin.
+func (s *Session) closeOut() {
+	if !s.outClosed {
+		s.outClosed = true
+		close(s.out)
+	}
+}
+
+// writeStdin owns stdin: it writes queued lines until out is closed, then
+// closes stdin so the runtime sees EOF.
+func (s *Session) writeStdin(stdin io.WriteCloser) {
+	defer stdin.Close()
+	for line := range s.out {
+		if _, err := stdin.Write(line); err != nil {
+			// The runtime is gone or closed stdin; drain so senders never
+			// block, and let the exit be reported by Wait.
+			for range s.out {
+			}
+			return
+		}
+	}
+}
+
+type lineEvent struct {
+	env runtime.Envelope
+	err error
+}
+
+// readStdout owns stdout: one event per line until EOF.
+func (s *Session) readStdout(stdout io.Reader, lines chan<- lineEvent) {
+	defer close(lines)
+	dec := runtime.NewDecoder(stdout, s.cfg.MaxLine)
+	for {
+		env, err := dec.Next()
+		var le *runtime.LineError
+		if err != nil && !errors.As(err, &le) {
+			// EOF or a read error after the process closed the pipe.
+			return
+		}
+		lines <- lineEvent{env: env, err: err}
+	}
+}
+
+var stderrLevel = regexp.MustCompile(`(?i)^\s*(?:\S+\s+)?\[?(trace|debug|info|warn|warning|error|err|fatal)\]?[:\s]|level=(trace|debug|info|warn|warning|error)`)
+
+// stderrLevelOf parses a level from a log line: "[INFO] ...", "ERROR: ...",
+// "2024-01-01T00:00:00Z [WARN] ...", "level=debug ...". Default info.
+func stderrLevelOf(line string) hclog.Level {
+	m := stderrLevel.FindStringSubmatch(line)
+	if m == nil {
+		return hclog.Info
+	}
+	name := strings.ToLower(m[1] + m[2])
+	switch name {
+	case "warning":
+		name = "warn"
+	case "err", "fatal":
+		name = "error"
+	}
+	return hclog.LevelFromString(name)
+}
+
+// relayStderr owns stderr: each line goes to the agent's logger at its
+// parsed level, and the last few are kept for the exit error.
+func (s *Session) relayStderr(stderr io.Reader) {
+	r := bufio.NewReaderSize(stderr, maxStderrLine)
+	limit := newBucket(s.cfg.Clock, s.cfg.FloodRate, s.cfg.FloodBurst)
+	dropped := 0
+	for {
+		line, err := r.ReadSlice('\n')
+		if len(line) > 0 {
+			text := strings.TrimRight(string(line), "\r\n")
+			for errors.Is(err, bufio.ErrBufferFull) { // skip the rest of an overlong line
+				_, err = r.ReadSlice('\n')
+			}
+			if limit.take() {
+				if dropped > 0 {
+					s.log.Warn("dropped stderr lines over the rate limit", "lines", dropped)
+					dropped = 0
+				}
+				s.log.Log(stderrLevelOf(text), text)
+				s.mu.Lock()
+				s.stderr = append(s.stderr, text)
+				if len(s.stderr) > stderrTail {
+					s.stderr = s.stderr[1:]
+				}
+				s.mu.Unlock()
+			} else {
+				dropped++
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (s *Session) stderrTail() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.stderr...)
+}
+
+func (s *Session) audit(kind string, code bcp.Code, detail string, payload []byte) {
+	s.cfg.Auditor.Audit(Event{Time: s.cfg.Clock.Now(), Agent: s.name, Kind: kind, Code: string(code), Detail: detail, Payload: truncatePayload(payload)})
+}
+
+// refuse answers a runtime line with an error message and audits it.
+func (s *Session) refuse(code bcp.Code, detail string, payload []byte) {
+	s.audit("refused", code, detail, payload)
+	_ = s.send(runtime.Error{Type: runtime.TypeError, Message: string(code) + ": " + detail})
+}

@@ -1,0 +1,339 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/bcpgw/bcpgw/agents"
+	"github.com/bcpgw/bcpgw/bcp"
+	"github.com/bcpgw/bcpgw/runtime"
+)
+
+// stopPhase is where a stopping session is in the shutdown sequence.
+type stopPhase int
+
+const (
+	running    stopPhase = iota
+	shutdown             // shutdown sent and stdin closed; waiting Grace
+	terminated           // SIGTERM sent; waiting Grace
+	killed               // SIGKILL sent
+)
+
+// loop is the state that run owns.
+type loop struct {
+	ready    bool
+	inFlight bool  // a turn has been sent and has no result yet
+	queue    []any // turns waiting
+	phase    stopPhase
+	stopWhy  string // why the gateway stopped it (for the exit error)
+	asked    bool   // the stop was requested (not a crash)
+	timer    Timer  // ready, idle or stop-phase timer
+	flood    *bucket
+}
+
+// run is the session's owner goroutine. It ends when the runtime has
+// exited and both pipes are drained.
+func (s *Session) run(lines <-chan lineEvent, exited <-chan error) {
+	l := &loop{flood: newBucket(s.cfg.Clock, s.cfg.FloodRate, s.cfg.FloodBurst)}
+	l.timer = s.cfg.Clock.NewTimer(s.cfg.ReadyTimeout)
+	var exitErr error
+	for {
+		select {
+		case ev, ok := <-lines:
+			if !ok {
+				lines = nil // stdout closed; the exit follows
+				continue
+			}
+			s.handleLine(l, ev)
+		case msg := <-s.workIfReady(l):
+			l.queue = append(l.queue, msg)
+			s.dispatch(l)
+		case msg := <-s.sends:
+			if err := s.send(msg); err != nil && !errors.Is(err, ErrSessionClosed) {
+				s.stopNow(l, err.Error())
+			}
+		case why := <-s.stopCh:
+			s.beginStop(l, why, true)
+		case <-l.timer.C():
+			s.timeout(l)
+		case exitErr = <-exited:
+			s.finish(l, exitErr)
+			return
+		}
+	}
+}
+
+// workIfReady accepts turns only once the runtime is ready; until then
+// submitters wait.
+func (s *Session) workIfReady(l *loop) chan any {
+	if l.ready && l.phase == running {
+		return s.work
+	}
+	return nil
+}
+
+func (s *Session) resetTimer(l *loop, d time.Duration) {
+	l.timer.Stop()
+	if d <= 0 {
+		l.timer = stoppedTimer{}
+		return
+	}
+	l.timer = s.cfg.Clock.NewTimer(d)
+}
+
+// dispatch sends the next turn if none is in flight, or arms the idle
+// timer when there is nothing to do.
+func (s *Session) dispatch(l *loop) {
+	if l.inFlight || l.phase != running {
+		return
+	}
+	if len(l.queue) == 0 {
+		s.resetTimer(l, s.cfg.Def.IdleTimeout)
+		return
+	}
+	msg := l.queue[0]
+	l.queue = l.queue[1:]
+	l.timer.Stop()
+	l.timer = stoppedTimer{}
+	if err := s.send(msg); err != nil {
+		s.stopNow(l, err.Error())
+		return
+	}
+	l.inFlight = true
+}
+
+func (s *Session) timeout(l *loop) {
+	switch {
+	case !l.ready && l.phase == running:
+		s.startFailed(l, fmt.Sprintf("no ready within %s of start", s.cfg.ReadyTimeout))
+	case l.phase == running:
+		s.audit("session_idle", "", fmt.Sprintf("idle for %s", s.cfg.Def.IdleTimeout), nil)
+		s.beginStop(l, "idle timeout", true)
+	case l.phase == shutdown:
+		s.log.Warn("runtime still running after shutdown; sending SIGTERM", "grace", s.cfg.Grace)
+		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGTERM)
+		l.phase = terminated
+		s.resetTimer(l, s.cfg.Grace)
+	case l.phase == terminated:
+		s.log.Warn("runtime ignored SIGTERM; sending SIGKILL")
+		s.Kill()
+		l.phase = killed
+		s.resetTimer(l, 0)
+	}
+}
+
+// beginStop starts the graceful sequence: shutdown, then close stdin.
+func (s *Session) beginStop(l *loop, why string, asked bool) {
+	if l.phase != running {
+		return
+	}
+	l.asked = asked
+	if !asked {
+		l.stopWhy = why
+	}
+	_ = s.send(runtime.Shutdown{Type: runtime.TypeShutdown, Reason: why})
+	s.closeOut()
+	l.phase = shutdown
+	s.resetTimer(l, s.cfg.Grace)
+}
+
+// stopNow kills a misbehaving runtime at once.
+func (s *Session) stopNow(l *loop, why string) {
+	if l.phase == killed {
+		return
+	}
+	s.log.Error("stopping runtime", "reason", why)
+	s.audit("session_killed", bcp.ProtocolError, why, nil)
+	s.closeOut()
+	l.stopWhy, l.asked = why, false
+	s.Kill()
+	l.phase = killed
+	s.resetTimer(l, 0)
+}
+
+// startFailed ends a session that never became ready.
+func (s *Session) startFailed(l *loop, why string) {
+	s.mu.Lock()
+	if s.startErr == nil {
+		s.startErr = fmt.Errorf("start %s: %s", s.name, why)
+	}
+	s.mu.Unlock()
+	s.stopNow(l, why)
+}
+
+// finish records how the session ended and releases everyone waiting.
+func (s *Session) finish(l *loop, waitErr error) {
+	l.timer.Stop()
+	exit := &ExitError{Agent: s.name, Code: s.cmd.ProcessState.ExitCode(), Reason: l.stopWhy, Stderr: s.stderrTail()}
+	var ee *exec.ExitError
+	if errors.As(waitErr, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			exit.Signal = ws.Signal().String()
+		}
+	}
+	if !l.ready {
+		s.mu.Lock()
+		if s.startErr == nil {
+			s.startErr = fmt.Errorf("start %s: runtime exited before ready: %w", s.name, exit)
+		}
+		s.mu.Unlock()
+	}
+	var err error
+	switch {
+	case l.asked:
+		s.audit("session_stopped", "", "stopped", nil)
+	default:
+		err = exit
+		s.audit("session_crashed", "", exit.Error(), nil)
+	}
+	s.closeOut()
+	s.mu.Lock()
+	s.err = err
+	s.mu.Unlock()
+	close(s.done)
+}
+
+// handleLine applies the protocol to one line from the runtime.
+func (s *Session) handleLine(l *loop, ev lineEvent) {
+	if !l.flood.take() {
+		s.stopNow(l, fmt.Sprintf("flooding: more than %.0f lines a second on stdout", s.cfg.FloodRate))
+		return
+	}
+	if l.phase == killed {
+		return
+	}
+	var le *runtime.LineError
+	if errors.As(ev.err, &le) {
+		if !l.ready {
+			s.startFailed(l, fmt.Sprintf("printed something that is not a protocol message before ready (%v): %q", le.Err, le.Head))
+			return
+		}
+		s.refuse(bcp.ProtocolError, le.Error(), le.Head)
+		return
+	}
+	env := ev.env
+	if !l.ready {
+		switch env.Type {
+		case runtime.TypeReady:
+			l.ready = true
+			s.announce()
+			close(s.ready)
+			s.dispatch(l)
+		case runtime.TypeLog, runtime.TypeError, runtime.TypeText:
+			s.auditOnly(env)
+		default:
+			s.refuse(bcp.ProtocolError, fmt.Sprintf("%q before ready", env.Type), env.Raw)
+		}
+		return
+	}
+	switch env.Type {
+	case runtime.TypeResult:
+		if !l.inFlight {
+			s.refuse(bcp.ProtocolError, "result without a prompt or delivery in progress", env.Raw)
+			return
+		}
+		l.inFlight = false
+		s.audit("turn_done", "", "", env.Raw)
+		s.dispatch(l)
+	case runtime.TypeReady:
+		s.refuse(bcp.ProtocolError, "ready sent twice", env.Raw)
+	case runtime.TypeLog, runtime.TypeError, runtime.TypeText, runtime.TypeToolUse, runtime.TypeToolResult, runtime.TypeInterrupted:
+		s.auditOnly(env)
+	case runtime.TypeQueryRequest:
+		if !s.cfg.Def.HasTool(agents.ToolQuery) {
+			s.refuse(bcp.ToolNotAllowed, fmt.Sprintf("Agent '%s' does not have the %s tool", s.name, agents.ToolQuery), env.Raw)
+			return
+		}
+		s.route(env)
+	case runtime.TypeResponse:
+		var r runtime.Response
+		if err := env.Decode(&r); err != nil {
+			s.refuse(bcp.ProtocolError, err.Error(), env.Raw)
+			return
+		}
+		tool := agents.ToolRespond
+		switch {
+		case (r.QueryID == "") == (r.SubscriptionID == ""):
+			s.refuse(bcp.ProtocolError, "bcp_response needs exactly one of query_id and subscription_id", env.Raw)
+			return
+		case r.SubscriptionID != "":
+			tool = agents.ToolPublish
+		}
+		if !s.cfg.Def.HasTool(tool) {
+			s.refuse(bcp.ToolNotAllowed, fmt.Sprintf("Agent '%s' does not have the %s tool", s.name, tool), env.Raw)
+			return
+		}
+		s.route(env)
+	default:
+		s.refuse(bcp.ProtocolError, fmt.Sprintf("unknown message type %q", env.Type), env.Raw)
+	}
+}
+
+func (s *Session) route(env runtime.Envelope) {
+	if s.cfg.OnMessage == nil {
+		s.refuse(bcp.ProtocolError, fmt.Sprintf("%s is not routed by this gateway", env.Type), env.Raw)
+		return
+	}
+	s.cfg.OnMessage(s, env)
+}
+
+// auditOnly records a message that has no effect beyond the audit log;
+// log messages also go to the agent's logger.
+func (s *Session) auditOnly(env runtime.Envelope) {
+	if env.Type == runtime.TypeLog {
+		var m runtime.Log
+		if env.Decode(&m) == nil {
+			level := hclog.LevelFromString(m.Level)
+			if level == hclog.NoLevel {
+				level = hclog.Info
+			}
+			s.log.Log(level, m.Message)
+		}
+		return
+	}
+	s.audit("runtime_"+env.Type, "", "", env.Raw)
+}
+
+// announce tells a Reader its subscriptions, if it may publish.
+func (s *Session) announce() {
+	if len(s.cfg.Subscriptions) == 0 || !s.cfg.Def.HasTool(agents.ToolPublish) {
+		return
+	}
+	_ = s.send(runtime.SubscriptionsActive{Type: runtime.TypeSubscriptionsActive, Subscriptions: s.cfg.Subscriptions})
+}
+
+// stoppedTimer never fires.
+type stoppedTimer struct{}
+
+func (stoppedTimer) C() <-chan time.Time { return nil }
+func (stoppedTimer) Stop() bool          { return false }
+
+// bucket is a token bucket: rate tokens a second, at most burst.
+type bucket struct {
+	clock  Clock
+	rate   float64
+	burst  float64
+	tokens float64
+	last   time.Time
+}
+
+func newBucket(c Clock, rate float64, burst int) *bucket {
+	return &bucket{clock: c, rate: rate, burst: float64(burst), tokens: float64(burst), last: c.Now()}
+}
+
+// take spends one token, reporting false when none is left.
+func (b *bucket) take() bool {
+	now := b.clock.Now()
+	b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
