@@ -1,0 +1,115 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/bcpgw/bcpgw/runtime"
+)
+
+// The test binary doubles as the fake runtimes of the session tests (the
+// helper-process pattern): started with BCPGW_TEST_RUNTIME in its
+// environment, it plays that role instead of running tests. The variable
+// reaches it through the definition's env, like any runtime setting.
+const fakeRuntimeEnv = "BCPGW_TEST_RUNTIME"
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(fakeRuntimeEnv); mode != "" {
+		os.Exit(fakeRuntime(mode))
+	}
+	os.Exit(m.Run())
+}
+
+func fakeRuntime(mode string) int {
+	out := bufio.NewWriter(os.Stdout)
+	line := func(s string) { out.WriteString(s + "\n"); out.Flush() }
+	in := bufio.NewScanner(os.Stdin)
+	in.Buffer(make([]byte, 1<<20), 4<<20)
+	readStart := func() { in.Scan() }
+	switch mode {
+	case "sdk":
+		// A well-behaved runtime built with the SDK.
+		fmt.Fprintln(os.Stderr, "[DEBUG] fake runtime up")
+		err := runtime.Run(context.Background(), os.Stdin, os.Stdout, runtime.Handler{
+			Subscriptions: func(_ context.Context, _ *runtime.Client, subs []runtime.ActiveSubscription) {
+				fmt.Fprintf(os.Stderr, "[INFO] subscriptions %d %s\n", len(subs), subs[0].SubscriptionID)
+			},
+			Prompt: func(_ context.Context, _ *runtime.Client, p runtime.Prompt) error {
+				switch p.Content {
+				case "env":
+					env := os.Environ()
+					sort.Strings(env)
+					fmt.Fprintf(os.Stderr, "[INFO] ENV %s\n", strings.Join(env, ";"))
+					wd, _ := os.Getwd()
+					fmt.Fprintf(os.Stderr, "[INFO] CWD %s\n", wd)
+				case "crash":
+					fmt.Fprintln(os.Stderr, "[ERROR] about to crash")
+					os.Exit(3)
+				default:
+					fmt.Fprintf(os.Stderr, "[INFO] prompt %s\n", p.Content)
+				}
+				return nil
+			},
+		})
+		fmt.Fprintln(os.Stderr, "[INFO] runtime got shutdown, exiting")
+		if err != nil {
+			return 1
+		}
+		return 0
+	case "no-ready":
+		readStart()
+		time.Sleep(time.Hour)
+	case "garbage":
+		readStart()
+		line("Loading model weights...")
+		time.Sleep(time.Hour)
+	case "exit-early":
+		fmt.Fprintln(os.Stderr, "fatal: missing API key")
+		return 7
+	case "ignore-term":
+		signal.Ignore(syscall.SIGTERM)
+		readStart()
+		line(`{"type":"ready"}`)
+		for in.Scan() { // ignores shutdown; keeps running after stdin closes
+		}
+		time.Sleep(time.Hour)
+	case "hostile":
+		readStart()
+		line(`{"type":"ready"}`)
+		line("this is not json")
+		line(`{"type":"text","text":"` + strings.Repeat("x", 2<<20) + `"}`)
+		out.Write([]byte("{\"type\":\"text\",\"text\":\"\xff\"}\n"))
+		line(`[1,2,3]`)
+		line(`{"type":"launch_missiles"}`)
+		line(`{"type":"bcp_query_request","request_id":"r1","to":"main","category":1,"spec":{}}`)
+		line(`{"type":"bcp_response","subscription_id":"s","controller":"main","response":{}}`)
+		line(`{"type":"bcp_response","query_id":"q","subscription_id":"s","response":{}}`)
+		line(`{"type":"result"}`)
+		line(`{"type":"ready"}`)
+		out.Flush()
+		// Still alive and still speaking the protocol afterwards.
+		for in.Scan() {
+			if strings.Contains(in.Text(), `"type":"prompt"`) {
+				line(`{"type":"result","duration_ms":1,"num_turns":1,"cost_usd":0,"is_error":false}`)
+			}
+		}
+		return 0
+	case "flood":
+		readStart()
+		line(`{"type":"ready"}`)
+		for i := 0; i < 100000; i++ {
+			out.WriteString(`{"type":"text","text":"spam"}` + "\n")
+		}
+		out.Flush()
+		time.Sleep(time.Hour)
+	}
+	return 0
+}
