@@ -31,7 +31,9 @@ type fakeTimer struct {
 	ch    chan time.Time
 }
 
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)} }
+func newFakeClock() *fakeClock {
+	return &fakeClock{now: time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)}
+}
 
 func (c *fakeClock) Now() time.Time {
 	c.mu.Lock()
@@ -172,11 +174,11 @@ func newHarness(t *testing.T, mode string, tools ...string) *harness {
 	}
 	h := &harness{logs: &syncBuffer{}, audit: &recorder{}, clock: newFakeClock()}
 	h.cfg = SessionConfig{
-		Def:       def,
-		Logger:    hclog.New(&hclog.LoggerOptions{Name: "gw", Output: h.logs, Level: hclog.Trace}),
-		Auditor:   h.audit,
-		Clock:     h.clock,
-		Grace:     200 * time.Millisecond,
+		Def:     def,
+		Logger:  hclog.New(&hclog.LoggerOptions{Name: "gw", Output: h.logs, Level: hclog.Trace}),
+		Auditor: h.audit,
+		Clock:   h.clock,
+		Grace:   200 * time.Millisecond,
 		LookupEnv: func(k string) (string, bool) {
 			v, ok := map[string]string{"PATH": os.Getenv("PATH"), "HOME": "/home/op", "SECRET_TOKEN": "s3cret", "API_KEY": "k-123"}[k]
 			return v, ok
