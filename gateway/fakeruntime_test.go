@@ -64,6 +64,11 @@ func fakeRuntime(mode string) int {
 			return 1
 		}
 		return 0
+	case "ready-then-exit":
+		readStart()
+		line(`{"type":"ready"}`)
+		fmt.Fprintln(os.Stderr, "[ERROR] crashing on purpose")
+		return 1
 	case "no-ready":
 		readStart()
 		time.Sleep(time.Hour)

@@ -1,0 +1,406 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/bcpgw/bcpgw/agents"
+	"github.com/bcpgw/bcpgw/runtime"
+)
+
+// Restart policy (PROTOCOL.md section 5).
+const (
+	BackoffInitial = time.Second
+	BackoffMax     = 60 * time.Second
+	// An agent that crashes more than CrashLimit times within CrashWindow
+	// is marked failed until an operator restarts it.
+	CrashLimit  = 5
+	CrashWindow = 60 * time.Second
+)
+
+// AgentState is where an agent is in its lifecycle.
+type AgentState string
+
+// The agent states.
+const (
+	StateStopped  AgentState = "stopped"  // no session; one is started on demand
+	StateStarting AgentState = "starting" // spawned, waiting for ready
+	StateRunning  AgentState = "running"
+	StateBackoff  AgentState = "backoff" // crashed; restarting after a delay
+	StateFailed   AgentState = "failed"  // crashed too often; needs an operator
+)
+
+// ErrAgentFailed is returned for work sent to an agent in the failed state.
+var ErrAgentFailed = errors.New("agent failed: crashed too often; restart it after fixing the cause")
+
+// SupervisorConfig configures a Supervisor.
+type SupervisorConfig struct {
+	Set     *agents.Set
+	Logger  hclog.Logger
+	Auditor Auditor
+	Clock   Clock
+	// Session is the template for every session; Def, Subscriptions and
+	// the shared fields above are filled in per agent.
+	Session SessionConfig
+}
+
+// Supervisor keeps one session per agent: it starts sessions on demand
+// and at boot (autostart), restarts crashed ones with exponential backoff
+// (1s doubling to 60s), and marks an agent failed after more than five
+// crashes in a minute. One goroutine (Run) owns all agent state; the
+// methods send it requests.
+type Supervisor struct {
+	cfg    SupervisorConfig
+	log    hclog.Logger
+	events chan any
+	wg     sync.WaitGroup // session watchers and starters
+}
+
+// agent is the supervisor's record of one agent; owned by Run.
+type agent struct {
+	def      *agents.Definition
+	state    AgentState
+	sess     *Session
+	crashes  []time.Time
+	attempt  int           // consecutive failed starts or crashes
+	waiters  []chan result // Ensure calls waiting for a session
+	timerGen int           // invalidates stale backoff timers
+}
+
+type result struct {
+	sess *Session
+	err  error
+}
+
+// Supervisor requests and events, handled by Run.
+type (
+	ensureReq struct {
+		name  string
+		reply chan result
+	}
+	stateReq struct{ reply chan map[string]AgentState }
+	resetReq struct {
+		name  string
+		reply chan error
+	}
+	startedEv struct {
+		name string
+		res  result
+	}
+	endedEv struct {
+		name string
+		sess *Session
+	}
+	retryEv struct {
+		name string
+		gen  int
+	}
+)
+
+// NewSupervisor returns a supervisor; call Run to start it.
+func NewSupervisor(cfg SupervisorConfig) *Supervisor {
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.Auditor == nil {
+		cfg.Auditor = LogAuditor{Logger: cfg.Logger}
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = SystemClock{}
+	}
+	return &Supervisor{cfg: cfg, log: cfg.Logger, events: make(chan any)}
+}
+
+// Run starts the autostart agents and supervises until ctx ends, then
+// stops every session gracefully (each within its grace periods) and
+// returns.
+func (sv *Supervisor) Run(ctx context.Context) error {
+	agentsByName := map[string]*agent{}
+	for _, d := range sv.cfg.Set.Agents {
+		agentsByName[d.Name] = &agent{def: d, state: StateStopped}
+	}
+	for _, d := range sv.cfg.Set.Agents {
+		if d.Autostart {
+			sv.start(ctx, agentsByName[d.Name])
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			sv.shutdown(agentsByName)
+			return nil
+		case ev := <-sv.events:
+			sv.handle(ctx, agentsByName, ev)
+		}
+	}
+}
+
+func (sv *Supervisor) handle(ctx context.Context, all map[string]*agent, ev any) {
+	switch ev := ev.(type) {
+	case ensureReq:
+		a := all[ev.name]
+		switch {
+		case a == nil:
+			ev.reply <- result{err: fmt.Errorf("no agent named %q", ev.name)}
+		case a.state == StateFailed:
+			ev.reply <- result{err: fmt.Errorf("%s: %w", ev.name, ErrAgentFailed)}
+		case a.state == StateRunning:
+			ev.reply <- result{sess: a.sess}
+		default:
+			a.waiters = append(a.waiters, ev.reply)
+			if a.state == StateStopped {
+				sv.start(ctx, a)
+			}
+		}
+	case stateReq:
+		m := map[string]AgentState{}
+		for n, a := range all {
+			m[n] = a.state
+		}
+		ev.reply <- m
+	case resetReq:
+		a := all[ev.name]
+		if a == nil {
+			ev.reply <- fmt.Errorf("no agent named %q", ev.name)
+			return
+		}
+		if a.state == StateFailed {
+			a.state, a.crashes, a.attempt = StateStopped, nil, 0
+			sv.audit(a, "agent_reset", "operator restart")
+			if a.def.Autostart {
+				sv.start(ctx, a)
+			}
+		}
+		ev.reply <- nil
+	case startedEv:
+		a := all[ev.name]
+		if ev.res.err != nil {
+			sv.log.Error("agent start failed", "agent", a.def.Name, "error", ev.res.err)
+			sv.crashed(ctx, a, ev.res.err)
+			return
+		}
+		a.sess, a.state = ev.res.sess, StateRunning
+		for _, w := range a.waiters {
+			w <- result{sess: a.sess}
+		}
+		a.waiters = nil
+		sv.wg.Add(1)
+		go func(s *Session) {
+			defer sv.wg.Done()
+			<-s.Done()
+			select {
+			case sv.events <- endedEv{name: a.def.Name, sess: s}:
+			case <-ctx.Done():
+			}
+		}(a.sess)
+	case endedEv:
+		a := all[ev.name]
+		if a.sess != ev.sess {
+			return
+		}
+		a.sess = nil
+		if err := ev.sess.Err(); err != nil {
+			sv.crashed(ctx, a, err)
+			return
+		}
+		a.state, a.attempt = StateStopped, 0
+		if a.def.Autostart {
+			sv.start(ctx, a)
+		}
+	case retryEv:
+		a := all[ev.name]
+		if a.state == StateBackoff && ev.gen == a.timerGen {
+			sv.start(ctx, a)
+		}
+	}
+}
+
+// start spawns a session in the background; the result comes back as a
+// startedEv.
+func (sv *Supervisor) start(ctx context.Context, a *agent) {
+	a.state = StateStarting
+	cfg := sv.cfg.Session
+	cfg.Def = a.def
+	cfg.Logger, cfg.Auditor, cfg.Clock = sv.cfg.Logger, sv.cfg.Auditor, sv.cfg.Clock
+	cfg.Subscriptions = Announcements(sv.cfg.Set, a.def.Name)
+	if a.def.Autostart {
+		// Kept running: an idle stop would only be followed by a restart.
+		d := *a.def
+		d.IdleTimeout = 0
+		cfg.Def = &d
+	}
+	sv.wg.Add(1)
+	go func() {
+		defer sv.wg.Done()
+		s, err := StartSession(ctx, cfg)
+		select {
+		case sv.events <- startedEv{name: a.def.Name, res: result{sess: s, err: err}}:
+		case <-ctx.Done():
+			if s != nil {
+				s.Kill()
+			}
+		}
+	}()
+}
+
+// crashed records a crash or failed start and decides: back off and
+// retry (if the agent is kept running or has work waiting), or fail.
+func (sv *Supervisor) crashed(ctx context.Context, a *agent, err error) {
+	now := sv.cfg.Clock.Now()
+	a.crashes = append(a.crashes, now)
+	for len(a.crashes) > 0 && now.Sub(a.crashes[0]) > CrashWindow {
+		a.crashes = a.crashes[1:]
+	}
+	if len(a.crashes) > CrashLimit {
+		a.state = StateFailed
+		sv.audit(a, "agent_failed", fmt.Sprintf("%d crashes within %s; last: %v", len(a.crashes), CrashWindow, err))
+		for _, w := range a.waiters {
+			w <- result{err: fmt.Errorf("%s: %w", a.def.Name, ErrAgentFailed)}
+		}
+		a.waiters = nil
+		return
+	}
+	if !a.def.Autostart && len(a.waiters) == 0 {
+		a.state = StateStopped // started again on demand
+		return
+	}
+	delay := Backoff(a.attempt)
+	a.attempt++
+	a.state = StateBackoff
+	a.timerGen++
+	gen := a.timerGen
+	sv.log.Warn("restarting agent after backoff", "agent", a.def.Name, "delay", delay, "error", err)
+	t := sv.cfg.Clock.NewTimer(delay)
+	sv.wg.Add(1)
+	go func() {
+		defer sv.wg.Done()
+		select {
+		case <-t.C():
+			select {
+			case sv.events <- retryEv{name: a.def.Name, gen: gen}:
+			case <-ctx.Done():
+			}
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}()
+}
+
+// Backoff is the delay before restart attempt n (0-based): 1s doubling,
+// capped at 60s.
+func Backoff(n int) time.Duration {
+	d := BackoffInitial
+	for i := 0; i < n && d < BackoffMax; i++ {
+		d *= 2
+	}
+	return min(d, BackoffMax)
+}
+
+func (sv *Supervisor) audit(a *agent, kind, detail string) {
+	sv.cfg.Auditor.Audit(Event{Time: sv.cfg.Clock.Now(), Agent: a.def.Name, Kind: kind, Detail: detail})
+}
+
+// shutdown stops every running session concurrently and waits for them
+// and for every goroutine the supervisor started.
+func (sv *Supervisor) shutdown(all map[string]*agent) {
+	var wg sync.WaitGroup
+	for _, a := range all {
+		for _, w := range a.waiters {
+			w <- result{err: ErrSessionClosed}
+		}
+		if a.sess == nil {
+			continue
+		}
+		wg.Add(1)
+		go func(s *Session) {
+			defer wg.Done()
+			_ = s.Stop(context.Background(), "gateway shutting down")
+		}(a.sess)
+	}
+	wg.Wait()
+	sv.wg.Wait()
+}
+
+// request sends a request to Run, or fails when ctx ends first.
+func (sv *Supervisor) request(ctx context.Context, req any) error {
+	select {
+	case sv.events <- req:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Ensure returns the agent's running session, starting one if needed.
+func (sv *Supervisor) Ensure(ctx context.Context, name string) (*Session, error) {
+	reply := make(chan result, 1)
+	if err := sv.request(ctx, ensureReq{name: name, reply: reply}); err != nil {
+		return nil, err
+	}
+	select {
+	case r := <-reply:
+		return r.sess, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Prompt sends a prompt to an agent, starting its session if needed.
+func (sv *Supervisor) Prompt(ctx context.Context, name, content string, metadata map[string]any) error {
+	s, err := sv.Ensure(ctx, name)
+	if err != nil {
+		return err
+	}
+	return s.Prompt(ctx, content, metadata)
+}
+
+// States returns every agent's state.
+func (sv *Supervisor) States(ctx context.Context) (map[string]AgentState, error) {
+	reply := make(chan map[string]AgentState, 1)
+	if err := sv.request(ctx, stateReq{reply: reply}); err != nil {
+		return nil, err
+	}
+	select {
+	case m := <-reply:
+		return m, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Reset clears a failed agent so it can start again (an operator's
+// restart).
+func (sv *Supervisor) Reset(ctx context.Context, name string) error {
+	reply := make(chan error, 1)
+	if err := sv.request(ctx, resetReq{name: name, reply: reply}); err != nil {
+		return err
+	}
+	select {
+	case err := <-reply:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Announcements returns the subscriptions to announce to reader, in the
+// wire shape, with each one's bits.
+func Announcements(set *agents.Set, reader string) []runtime.ActiveSubscription {
+	subs := set.SubscriptionsFor(reader)
+	out := make([]runtime.ActiveSubscription, 0, len(subs))
+	for _, s := range subs {
+		out = append(out, runtime.ActiveSubscription{
+			SubscriptionID: s.ID, Controller: s.Controller, Category: s.Spec.Category,
+			Fields: s.Spec.Fields, Questions: s.Spec.Questions, Directive: s.Spec.Directive,
+			MaxWords: s.Spec.MaxWords, BandwidthBits: s.Bits,
+		})
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Controller < out[j].Controller })
+	return out
+}

@@ -1,0 +1,144 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/bcpgw/bcpgw/agents"
+)
+
+func TestBackoff(t *testing.T) {
+	want := []time.Duration{1, 2, 4, 8, 16, 32, 60, 60, 60}
+	for n, w := range want {
+		if got := Backoff(n); got != w*time.Second {
+			t.Errorf("Backoff(%d) = %v, want %v", n, got, w*time.Second)
+		}
+	}
+	if got := Backoff(1000); got != BackoffMax {
+		t.Errorf("Backoff(1000) = %v, want the cap", got)
+	}
+}
+
+// supervised loads a set of fake-runtime agents (name -> mode) and runs a
+// supervisor on it with a fake clock.
+func supervised(t *testing.T, autostart bool, modes map[string]string) (*Supervisor, *fakeClock, *recorder, context.CancelFunc, chan error) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for name, mode := range modes {
+		def := fmt.Sprintf("---\nname: %s\nruntime: [%q, -test.run=^$]\nautostart: %v\nenv: {%s: %s}\n---\n", name, exe, autostart, fakeRuntimeEnv, mode)
+		if err := os.WriteFile(filepath.Join(dir, name+".md"), []byte(def), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set, err := agents.LoadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock, rec := newFakeClock(), &recorder{}
+	sv := NewSupervisor(SupervisorConfig{
+		Set: set, Clock: clock, Auditor: rec,
+		Logger:  hclog.New(&hclog.LoggerOptions{Output: &syncBuffer{}, Level: hclog.Trace}),
+		Session: SessionConfig{Grace: 200 * time.Millisecond, LookupEnv: func(k string) (string, bool) { return os.LookupEnv(k) }},
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Error("supervisor did not stop")
+		}
+	})
+	return sv, clock, rec, cancel, done
+}
+
+func stateOf(t *testing.T, sv *Supervisor, name string) AgentState {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	m, err := sv.States(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m[name]
+}
+
+func TestSupervisorBackoffThenFailed(t *testing.T) {
+	sv, clock, rec, _, _ := supervised(t, true, map[string]string{"worker": "ready-then-exit"})
+	// Each crash schedules a restart after 1s, 2s, 4s, 8s, 16s; the sixth
+	// crash within a minute marks the agent failed.
+	for i, delay := range []time.Duration{1, 2, 4, 8, 16} {
+		if !checkFor(t, 10*time.Second, 5*time.Millisecond, func() bool { return clock.pendingFor(delay * time.Second) }) {
+			t.Fatalf("crash %d: no restart timer of %v (state %s)", i+1, delay*time.Second, stateOf(t, sv, "worker"))
+		}
+		if s := stateOf(t, sv, "worker"); s != StateBackoff {
+			t.Fatalf("crash %d: state %s, want backoff", i+1, s)
+		}
+		clock.Advance(delay * time.Second)
+	}
+	if !checkFor(t, 10*time.Second, 5*time.Millisecond, func() bool { return stateOf(t, sv, "worker") == StateFailed }) {
+		t.Fatalf("state %s after 6 crashes in 31s, want failed", stateOf(t, sv, "worker"))
+	}
+	if got := len(rec.find("session_crashed", "")); got != 6 {
+		t.Errorf("session_crashed events = %d, want 6", got)
+	}
+	if len(rec.find("agent_failed", "")) != 1 {
+		t.Error("no agent_failed event")
+	}
+	if _, err := sv.Ensure(context.Background(), "worker"); !errors.Is(err, ErrAgentFailed) {
+		t.Errorf("Ensure on a failed agent = %v, want ErrAgentFailed", err)
+	}
+	// An operator restart clears the state and starts it again.
+	if err := sv.Reset(context.Background(), "worker"); err != nil {
+		t.Fatal(err)
+	}
+	if !checkFor(t, 10*time.Second, 5*time.Millisecond, func() bool { return len(rec.find("session_crashed", "")) == 7 }) {
+		t.Error("agent not started again after Reset")
+	}
+}
+
+func TestSupervisorStartsOnDemandAndStopsAll(t *testing.T) {
+	sv, _, rec, cancel, done := supervised(t, false, map[string]string{"alpha": "sdk", "beta": "sdk"})
+	if s := stateOf(t, sv, "alpha"); s != StateStopped {
+		t.Fatalf("state %s before any work, want stopped (no autostart)", s)
+	}
+	ctx, stop := context.WithTimeout(context.Background(), 20*time.Second)
+	defer stop()
+	for _, name := range []string{"alpha", "beta"} {
+		if err := sv.Prompt(ctx, name, "hello", nil); err != nil {
+			t.Fatalf("Prompt(%s): %v", name, err)
+		}
+	}
+	if !checkFor(t, 10*time.Second, 5*time.Millisecond, func() bool { return len(rec.find("turn_done", "")) == 2 }) {
+		t.Fatal("prompts not run")
+	}
+	if _, err := sv.Ensure(ctx, "nobody"); err == nil {
+		t.Error("Ensure of an unknown agent succeeded")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run = %v", err)
+		}
+		done <- err
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+	if got := len(rec.find("session_stopped", "")); got != 2 {
+		t.Errorf("session_stopped events = %d, want 2", got)
+	}
+}
