@@ -27,10 +27,13 @@ vet:
 test: fmt-check vet
 	$(GO) test -race -count=1 ./...
 
-# The main job on the bundled examples. Until the gateway runs agents,
-# that is checking the example definitions.
+STATE     ?= .bcpgw-state
+
+# The main job on the bundled examples: check them, then run the gateway
+# with the demo runtimes (no API key) until Ctrl-C.
 run: build
 	$(BIN)/bcpgw validate examples/agents
+	$(BIN)/bcpgw run --agents examples/agents --state $(STATE)
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

@@ -72,8 +72,8 @@ type SessionConfig struct {
 	FloodBurst int
 	// OnMessage receives the runtime's bcp_query_request and bcp_response
 	// messages that passed the session's rights check, in the order the
-	// runtime wrote them, on the session's goroutine: it must not block.
-	// Nil refuses them as not routed.
+	// runtime wrote them, on the session's goroutine: it must not block,
+	// and it answers with s.Reply. Nil refuses them as not routed.
 	OnMessage func(s *Session, env runtime.Envelope)
 }
 
@@ -313,6 +313,11 @@ func (s *Session) Prompt(ctx context.Context, content string, metadata map[strin
 func (s *Session) Send(ctx context.Context, msg any) error {
 	return s.submit(ctx, s.sends, msg)
 }
+
+// Reply writes a message to the runtime from inside OnMessage, which runs
+// on the session's own goroutine (where Send would wait on itself). It
+// never blocks.
+func (s *Session) Reply(msg any) error { return s.send(msg) }
 
 func (s *Session) submit(ctx context.Context, ch chan any, msg any) error {
 	select {

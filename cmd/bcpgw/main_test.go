@@ -20,8 +20,8 @@ import (
 	"time"
 )
 
-// bin is the path of the bcpgw binary built by TestMain.
-var bin string
+// bin and demoAgent are the binaries built once by TestMain.
+var bin, demoAgent string
 
 // examples is the example definition set shipped with the repository.
 const examples = "../../examples/agents"
@@ -36,11 +36,14 @@ func testMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	bin = filepath.Join(dir, "bcpgw")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "go build:", err)
-		return 1
+	demoAgent = filepath.Join(dir, "demo-agent")
+	for out, pkg := range map[string]string{bin: ".", demoAgent: "../../examples/runtimes/demo-agent"} {
+		build := exec.Command("go", "build", "-o", out, pkg)
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "go build:", err)
+			return 1
+		}
 	}
 	return m.Run()
 }

@@ -35,7 +35,7 @@ bandwidth-limited BCP channels declared in agent definitions.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newValidateCmd(), newCheckCmd())
+	root.AddCommand(newValidateCmd(), newCheckCmd(), newRunCmd())
 	return root
 }
 
