@@ -231,7 +231,7 @@ func TestExampleDefinitions(t *testing.T) {
 		got, want any
 	}{
 		{"main.File", main.File, filepath.Join(examplesDir, "main.md")},
-		{"main.Runtime", strings.Join(main.Runtime, "|"), "bin/demo-agent|--role|controller"},
+		{"main.Runtime", strings.Join(main.Runtime, "|"), "../../bin/demo-agent|--role|controller"},
 		{"main.Tools", strings.Join(main.Tools, "|"), "Read|Write|BCPQuery"},
 		{"main.HasTool(BCPQuery)", main.HasTool(agents.ToolQuery), true},
 		{"main.HasTool(bcpquery)", main.HasTool("bcpquery"), false},

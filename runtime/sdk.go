@@ -256,13 +256,17 @@ func Run(ctx context.Context, in io.Reader, out io.Writer, h Handler) error {
 	// one at a time from the gateway, so the queue rarely holds more than
 	// one; it is generous so that a waiting Publish never blocks the reader.
 	type turn struct {
-		env  Envelope
-		stop bool
+		env Envelope
+		seq int // 1, 2, ... for turns; 0 for announcements
 	}
 	turns := make(chan turn, 256)
+	// An interrupt applies to every turn queued before it, including one
+	// the loop below has not picked up yet; seq numbers make that exact.
 	var (
-		interruptMu sync.Mutex
-		interrupt   context.CancelFunc = func() {}
+		imu         sync.Mutex
+		queued      int                // turns queued so far
+		interrupted int                // turns up to this seq are interrupted
+		cancelTurn  context.CancelFunc // the running turn's, or nil
 		readErr     error
 		wg          sync.WaitGroup
 	)
@@ -299,15 +303,25 @@ func Run(ctx context.Context, in io.Reader, out io.Writer, h Handler) error {
 					c.answer(m.RequestID, m)
 				}
 			case TypeInterrupt:
-				interruptMu.Lock()
-				interrupt()
-				interruptMu.Unlock()
+				imu.Lock()
+				interrupted = queued
+				if cancelTurn != nil {
+					cancelTurn()
+				}
+				imu.Unlock()
 			case TypeShutdown:
 				cancel()
 				return
 			case TypePrompt, TypeQuery, TypeResponseDelivery, TypeSubscriptionsActive:
+				t := turn{env: env}
+				if env.Type != TypeSubscriptionsActive {
+					imu.Lock()
+					queued++
+					t.seq = queued
+					imu.Unlock()
+				}
 				select {
-				case turns <- turn{env: env}:
+				case turns <- t:
 				case <-ctx.Done():
 					return
 				}
@@ -336,11 +350,17 @@ func Run(ctx context.Context, in io.Reader, out io.Writer, h Handler) error {
 			continue
 		}
 		turnCtx, turnCancel := context.WithCancel(ctx)
-		interruptMu.Lock()
-		interrupt = turnCancel
-		interruptMu.Unlock()
+		imu.Lock()
+		cancelTurn = turnCancel
+		if t.seq <= interrupted {
+			turnCancel() // interrupted before it started
+		}
+		imu.Unlock()
 		began := time.Now()
 		isTurn, err := runTurn(turnCtx, c, h, t.env, seen)
+		imu.Lock()
+		cancelTurn = nil
+		imu.Unlock()
 		turnCancel()
 		if !isTurn {
 			continue
