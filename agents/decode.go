@@ -13,14 +13,19 @@ import (
 // Walking nodes, rather than decoding into a struct, is what gives each
 // error its field path and lets one pass report all unknown keys.
 type decoder struct {
-	file   string
-	offset int // added to yaml line numbers to get file line numbers
-	lines  lineIndex
-	errs   []*ParseError
+	file     string
+	offset   int // added to yaml line numbers to get file line numbers
+	lines    lineIndex
+	errs     []*ParseError
+	failedAt map[string]bool // paths with an error
 }
 
 func (d *decoder) errorf(line int, path, format string, args ...any) {
 	d.errs = append(d.errs, &ParseError{File: d.file, Line: line, Path: path, Msg: fmt.Sprintf(format, args...)})
+	if d.failedAt == nil {
+		d.failedAt = map[string]bool{}
+	}
+	d.failedAt[path] = true
 }
 
 // fail reports a problem at node n.
@@ -144,6 +149,16 @@ func (d *decoder) str(n *yaml.Node, path string) (string, bool) {
 	return n.Value, true
 }
 
+// nonEmpty is str for values that mean nothing when empty.
+func (d *decoder) nonEmpty(n *yaml.Node, path string) (string, bool) {
+	s, ok := d.str(n, path)
+	if ok && s == "" {
+		d.fail(n, path, "must not be empty")
+		return "", false
+	}
+	return s, ok
+}
+
 // integer decodes an integer scalar. A quoted "2" is refused: a typo in a
 // limit should be loud.
 func (d *decoder) integer(n *yaml.Node, path string) (int64, bool) {
@@ -189,8 +204,8 @@ func (d *decoder) boolean(n *yaml.Node, path string) (bool, bool) {
 	return v, true
 }
 
-// list decodes a list of strings, or one string split by sep (a
-// convenience for "tools: Read, Write" and "runtime: bin/agent --flag").
+// list decodes a list of strings, or one string cut into items by split
+// (a convenience for "tools: Read, Write" and "runtime: bin/agent --flag").
 func (d *decoder) list(n *yaml.Node, path string, split func(string) []string) ([]string, bool) {
 	if n.Kind == yaml.ScalarNode {
 		s, ok := d.str(n, path)

@@ -2,8 +2,10 @@ package agents
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -149,9 +151,17 @@ func sortErrors(errs []*ParseError) {
 // readFile reads a definition, refusing to read past MaxFileBytes so that
 // a huge file costs nothing.
 func readFile(path string) ([]byte, error) {
+	// Only regular files: opening a FIFO named *.md would block forever.
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read: %w", unwrapPath(err))
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("not a regular file (%s)", fi.Mode().Type())
+	}
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("cannot read: %w", unwrapPath(err))
 	}
 	defer f.Close()
 	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
@@ -162,6 +172,16 @@ func readFile(path string) ([]byte, error) {
 		return nil, fmt.Errorf("file is larger than %d bytes; a definition may be at most that", MaxFileBytes)
 	}
 	return data, nil
+}
+
+// unwrapPath drops the path from an *os.PathError: the ParseError that
+// carries the message already names the file.
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("%s: %w", pe.Op, pe.Err)
+	}
+	return err
 }
 
 // errorf returns a ParseError at the line of path in d's file.

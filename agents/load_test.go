@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -896,4 +897,24 @@ func TestEmptyPeerRefused(t *testing.T) {
 		}
 	}
 	t.Errorf("no error at main.md:6 for bcp_channels[0].peer; got:\n%v", err)
+}
+
+// TestFIFONotOpened: a named pipe called *.md is refused, not opened
+// (opening it would block the loader forever).
+func TestFIFONotOpened(t *testing.T) {
+	t.Parallel()
+	dir := writeSet(t, map[string]string{"solo.md": "---\nname: solo\nruntime: [bin/agent]\n---\n"})
+	if err := syscall.Mkfifo(filepath.Join(dir, "pipe.md"), 0o644); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := agents.LoadDir(dir); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "pipe.md: not a regular file") {
+			t.Errorf("err = %v, want pipe.md refused as not a regular file", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("LoadDir blocked on a FIFO")
+	}
 }

@@ -3,6 +3,7 @@ package agents
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -25,6 +26,7 @@ var (
 	subscriptionID = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
 	envName        = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	yamlErrLine    = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+	documentMark   = regexp.MustCompile(`^(?:---|\.\.\.)(?:\s|$)`)
 	// yaml.v3 numbers the lines of its parser errors (unlike its scanner
 	// errors) from 0; these are the parser's messages.
 	yamlParserErr = regexp.MustCompile(`did not find expected (?:<document start>|node content|'-' indicator|key|',' or '\]'|',' or '\}')$|^found (?:undefined tag handle|duplicate %YAML directive|incompatible YAML document|duplicate %TAG directive)`)
@@ -81,9 +83,22 @@ func parse(d *decoder, data []byte) *Definition {
 		d.errorf(1, "", "frontmatter is not closed: add a --- line after the YAML")
 		return nil
 	}
+	if line, r, ok := controlChar(fm.yaml); ok {
+		d.errorf(line+d.offset, "", "invalid YAML: control character U+%04X (only tab, newline and carriage return are allowed)", r)
+		return nil
+	}
 	var doc yaml.Node
-	if err := yaml.Unmarshal(fm.yaml, &doc); err != nil {
+	dec := yaml.NewDecoder(bytes.NewReader(fm.yaml))
+	if err := dec.Decode(&doc); err != nil && err != io.EOF {
 		d.yamlError(err, fm.yaml)
+		return nil
+	}
+	// A "--- # comment" or "..." line inside the frontmatter starts a
+	// second YAML document, which yaml.Unmarshal would silently ignore
+	// along with every limit in it.
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err != io.EOF {
+		d.errorf(documentMarker(fm.yaml)+d.offset, "", "frontmatter holds more than one YAML document (a \"---\" or \"...\" line inside it); keep all fields in one block")
 		return nil
 	}
 	if len(doc.Content) == 0 {
@@ -190,14 +205,7 @@ func parse(d *decoder, data []byte) *Definition {
 }
 
 // failed reports whether an error was already reported at path.
-func (d *decoder) failed(path string) bool {
-	for _, e := range d.errs {
-		if e.Path == path {
-			return true
-		}
-	}
-	return false
-}
+func (d *decoder) failed(path string) bool { return d.failedAt[path] }
 
 // has reports whether path was present in the file.
 func (d *decoder) has(path string) bool {
@@ -205,28 +213,51 @@ func (d *decoder) has(path string) bool {
 	return ok
 }
 
-// yamlError turns a yaml.v3 syntax error into ParseErrors with file lines.
-func (d *decoder) yamlError(err error, src []byte) {
-	msgs := []string{err.Error()}
-	if te, ok := err.(*yaml.TypeError); ok {
-		msgs = te.Errors
-	}
-	for _, msg := range msgs {
-		m := yamlErrLine.FindStringSubmatch(msg)
-		if m == nil {
-			d.errorf(1, "", "invalid YAML: %s", strings.TrimPrefix(msg, "yaml: "))
-			continue
+// documentMarker returns the 1-based line of the first "---" or "..."
+// document marker in src, or 0.
+func documentMarker(src []byte) int {
+	for i, line := range strings.Split(string(src), "\n") {
+		if documentMark.MatchString(line) {
+			return i + 1
 		}
-		line, _ := strconv.Atoi(m[1])
-		text := m[2]
-		if yamlParserErr.MatchString(text) {
+	}
+	return 0
+}
+
+// controlChar finds the first control character YAML does not allow,
+// with its 1-based line (yaml.v3 reports these without a line).
+func controlChar(src []byte) (int, rune, bool) {
+	line := 1
+	for _, r := range string(src) {
+		switch {
+		case r == '\n':
 			line++
+		case r == '\t' || r == '\r':
+		case r < 0x20 || r == 0x7f:
+			return line, r, true
 		}
-		if l := srcLine(src, line); strings.HasPrefix(strings.TrimLeft(l, " "), "\t") {
-			text += " (YAML does not allow tabs for indentation; use spaces)"
-		}
-		d.errorf(line+d.offset, "", "invalid YAML: %s", text)
 	}
+	return 0, 0, false
+}
+
+// yamlError turns a yaml.v3 syntax error into a ParseError with a file
+// line.
+func (d *decoder) yamlError(err error, src []byte) {
+	msg := err.Error()
+	m := yamlErrLine.FindStringSubmatch(msg)
+	if m == nil {
+		d.errorf(1, "", "invalid YAML: %s", strings.TrimPrefix(msg, "yaml: "))
+		return
+	}
+	line, _ := strconv.Atoi(m[1])
+	text := m[2]
+	if yamlParserErr.MatchString(text) {
+		line++
+	}
+	if l := srcLine(src, line); strings.HasPrefix(strings.TrimLeft(l, " "), "\t") {
+		text += " (YAML does not allow tabs for indentation; use spaces)"
+	}
+	d.errorf(line+d.offset, "", "invalid YAML: %s", text)
 }
 
 func srcLine(src []byte, line int) string {
@@ -258,12 +289,35 @@ func (d *decoder) duration(n *yaml.Node, path string) (time.Duration, bool) {
 	return v, true
 }
 
+// checkSchedule parses a cron schedule. robfig/cron panics on some
+// malformed time-zone prefixes ("TZ=UTC" with nothing after it), so the
+// panic is turned into an error; and "@every" must be at least a second
+// (a negative interval would silently mean "every second").
+func checkSchedule(s string) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("malformed schedule")
+		}
+	}()
+	if rest, ok := strings.CutPrefix(s, "@every "); ok {
+		d, perr := time.ParseDuration(strings.TrimSpace(rest))
+		if perr != nil {
+			return perr
+		}
+		if d < time.Second {
+			return fmt.Errorf("@every needs an interval of at least 1s, got %s", d)
+		}
+	}
+	_, err = cron.ParseStandard(s)
+	return err
+}
+
 func (d *decoder) cron(n *yaml.Node, path string) (CronSchedule, bool) {
 	var c CronSchedule
 	ok := d.mapping(n, path, fields{
 		"schedule": func(n *yaml.Node, p string) {
 			if s, good := d.str(n, p); good {
-				if _, err := cron.ParseStandard(s); err != nil {
+				if err := checkSchedule(s); err != nil {
 					d.fail(n, p, "%q is not a cron schedule: %v", s, err)
 				}
 				c.Schedule = s
@@ -388,14 +442,14 @@ func (d *decoder) subscription(n *yaml.Node, path string, max bcp.Category) *Sub
 				spec.Questions = append(spec.Questions, d.question(item, ip))
 			})
 		},
-		"directive": func(n *yaml.Node, p string) { spec.Directive, _ = d.str(n, p) },
+		"directive": func(n *yaml.Node, p string) { spec.Directive, _ = d.nonEmpty(n, p) },
 		"max_words": func(n *yaml.Node, p string) {
 			if v, good := d.atLeast(n, p, 1); good {
 				spec.MaxWords = v
 			}
 		},
 		"on_anomaly": func(n *yaml.Node, p string) {
-			if v, good := d.str(n, p); good {
+			if v, good := d.nonEmpty(n, p); good {
 				spec.OnAnomaly = bcp.OnAnomaly(v)
 			}
 		},
@@ -468,7 +522,7 @@ func (d *decoder) question(n *yaml.Node, path string) bcp.Question {
 			}
 		},
 		"expected_format": func(n *yaml.Node, p string) {
-			v, _ := d.str(n, p)
+			v, _ := d.nonEmpty(n, p)
 			q.Format = bcp.Format(v)
 		},
 		"min": func(n *yaml.Node, p string) { q.Min = d.intPtr(n, p) },

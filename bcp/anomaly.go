@@ -43,13 +43,17 @@ var detectors = []struct {
 	// Empty means always run the regexp.
 	hints []string
 }{
-	{AnomalyInstruction, regexp.MustCompile(`(?i)\b(?:ignore|disregard|forget|instead|override|pretend|jailbreak)\b|\byou (?:should|must|need to|have to|are now|will now|shall)\b|\bsystem prompt\b|\b(?:previous|prior|above|earlier|new|these) instructions?\b|\bfrom now on\b|\bact as\b|\bdo not (?:tell|reveal|mention|inform)\b`), nil,
-		[]string{"ignore", "disregard", "forget", "instead", "override", "pretend", "jailbreak", "you ", "system prompt", "instruction", "from now on", "act as", "do not"}},
-	{AnomalyURL, regexp.MustCompile(`(?i)\b[a-z][a-z0-9+.-]{1,15}://\S+|\bwww\.[a-z0-9-]+\.[a-z]{2,}\S*|\b(?:javascript|vbscript|data):[^\s,;]+`), nil,
-		[]string{"://", "www.", "script:", "data:"}},
+	// Word stems catch inflections (ignoring, disregarded, overrides);
+	// \s+ between the words of a phrase catches line breaks in Cat-3.
+	{AnomalyInstruction, regexp.MustCompile(`(?i)\b(?:ignor|disregard|forget|forgot|overrid|pretend|jailbreak)\w*|\binstead\b|\byou\s+(?:should|must|need\s+to|have\s+to|are\s+now|will\s+now|shall)\b|\bsystem\s+prompt|\b(?:previous|prior|above|earlier|new|these)\s+instructions?\b|\bfrom\s+now\s+on\b|\bact\s+as\b|\bdo\s+not\s+(?:tell|reveal|mention|inform)\b`), nil,
+		[]string{"ignor", "disregard", "forget", "forgot", "overrid", "pretend", "jailbreak", "instead", "you", "prompt", "instruction", "now", "act", "not"}},
+	// A bare domain counts when a path follows it (evil.example/x).
+	{AnomalyURL, regexp.MustCompile(`(?i)\b[a-z][a-z0-9+.-]{1,15}://\S+|\bwww\.[a-z0-9-]+\.[a-z]{2,}\S*|\b(?:javascript|vbscript|data):[^\s,;]+|\b[a-z0-9-]+(?:\.[a-z0-9-]+)*\.[a-z]{2,}/\S*`), nil,
+		[]string{"://", "www.", "script:", "data:", "/"}},
 	{AnomalyCodeFence, regexp.MustCompile("```|~~~"), nil, []string{"```", "~~~"}},
 	{AnomalyMarkdownLink, regexp.MustCompile(`!?\[[^\]\n]{0,200}\]\([^)\n]{0,500}\)|(?m)^\s*\[[^\]\n]{1,200}\]:\s*\S`), nil, []string{"]"}},
-	{AnomalyHTMLTag, regexp.MustCompile(`</?[A-Za-z][A-Za-z0-9:-]*(?:\s[^<>]{0,500})?/?>|<!--`), nil, []string{"<"}},
+	// After the tag name, white space or a slash (<img/src=x onerror=...>).
+	{AnomalyHTMLTag, regexp.MustCompile(`</?[A-Za-z][A-Za-z0-9:-]*(?:[\s/][^<>]{0,500})?>|<!--`), nil, []string{"<"}},
 	{AnomalyRoleMarker, regexp.MustCompile(`(?i)(?:^|\n)\s*(?:system|assistant|user|human|developer|tool)\s*:|\b(?:system|assistant|developer)\s*:|<\||\|>|\[/?inst\]|<</?sys>>`), nil,
 		[]string{":", "<|", "|>", "inst]", "sys>>"}},
 	{AnomalyBase64, regexp.MustCompile(`[A-Za-z0-9+/_-]{40,}={0,2}`), looksEncoded, nil}, // see hasLongWord
@@ -78,7 +82,7 @@ func detect(field, text string, prefilter bool) []Anomaly {
 		if prefilter && (!containsAny(lower, d.hints) || (d.code == AnomalyBase64 && !hasLongWord(text, 40))) {
 			continue
 		}
-		for _, m := range d.re.FindAllString(text, 8) {
+		for _, m := range d.re.FindAllString(text, -1) {
 			if d.accept == nil || d.accept(m) {
 				out = append(out, Anomaly{Code: d.code, Field: field, Match: excerpt(strings.TrimSpace(m))})
 				break

@@ -35,8 +35,9 @@
 //
 // Where the protocol text is silent this package chooses, and documents:
 //   - A word is at most [MaxWordRunes] characters long. Bits are charged at
-//     11 per word, which is only an upper bound if a word cannot be an
-//     arbitrarily long run of characters (unspaced scripts, base64).
+//     11 per word, an estimate for ordinary words; without a bound on word
+//     length one "word" (unspaced script, base64) could carry any amount,
+//     so the cap keeps the real maximum finite and close to the estimate.
 //   - short_list items are separated by commas, none may be empty, and the
 //     normalized list is joined with ", ".
 //   - person_name also accepts the typographic apostrophe U+2019 and

@@ -147,10 +147,12 @@ func (s Spec) Problems() []Problem {
 		add("category", "must be 1, 2 or 3, got %d", s.Category)
 		return ps
 	}
-	if s.Category != Cat1 && len(s.Fields) > 0 {
+	// Present, even empty, is wrong: a key of another category is a
+	// mistake about what the subscription is.
+	if s.Category != Cat1 && s.Fields != nil {
 		add("fields", "only allowed in category 1")
 	}
-	if s.Category != Cat2 && len(s.Questions) > 0 {
+	if s.Category != Cat2 && s.Questions != nil {
 		add("questions", "only allowed in category 2")
 	}
 	if s.Category != Cat3 && s.Directive != "" {

@@ -110,6 +110,8 @@ func TestSpecProblems(t *testing.T) {
 		{"cat3 policy", Spec{Category: Cat3, Directive: "d", MaxWords: 3, OnAnomaly: OnAnomalyDeliver},
 			[]string{"on_anomaly: only allowed in category 2"}},
 		{"directive on cat2", Spec{Category: Cat2, Directive: "d", Questions: []Question{q("a")}}, []string{"directive: only allowed in category 3"}},
+		{"empty fields on cat2", Spec{Category: Cat2, Fields: []Field{}, Questions: []Question{q("a")}}, []string{"fields: only allowed in category 1"}},
+		{"empty questions on cat1", Spec{Category: Cat1, Questions: []Question{}, Fields: []Field{{Name: "a", Type: Boolean}}}, []string{"questions: only allowed in category 2"}},
 		{"valid cat2", seedFindings, nil},
 	}
 	for _, tt := range tests {

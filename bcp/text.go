@@ -38,8 +38,14 @@ func checkHygiene(s string, allowNewline bool) error {
 			what = "an invisible format character"
 		case unicode.Is(unicode.Co, r):
 			what = "a private-use character"
-		case r >= 0xE0100 && r <= 0xE01EF:
+		case unicode.Is(unicode.Variation_Selector, r):
+			// All of them: even VS1-16 carry hidden bits, four per
+			// character; an emoji reads the same without one.
 			what = "an invisible variation selector"
+		case unicode.Is(unicode.Other_Default_Ignorable_Code_Point, r), r == 0x2800:
+			// Characters that render as nothing or blank (combining
+			// grapheme joiner, Hangul fillers, the blank braille pattern).
+			what = "an invisible character"
 		case r >= 0xFDD0 && r <= 0xFDEF, r&0xFFFE == 0xFFFE:
 			what = "a Unicode noncharacter"
 		default:
@@ -60,14 +66,13 @@ func normalizeLine(s string) (string, []string) {
 // normalizeText is normalizeLine for text that keeps its line breaks: each
 // line is normalized, at most one blank line is kept in a row, and blank
 // lines at either end are dropped.
-func normalizeText(s string) (string, []string) {
+func normalizeText(s string) string {
 	var (
 		out   []string
-		words []string
 		blank = 0
 	)
 	for _, line := range strings.Split(norm.NFC.String(s), "\n") {
-		text, w := normalizeLine(line)
+		text, _ := normalizeLine(line)
 		if text == "" {
 			blank++
 			continue
@@ -77,9 +82,18 @@ func normalizeText(s string) (string, []string) {
 		}
 		blank = 0
 		out = append(out, text)
-		words = append(words, w...)
 	}
-	return strings.Join(out, "\n"), words
+	return strings.Join(out, "\n")
+}
+
+// checkDelivered checks the text that will be delivered: hygiene once
+// more (NFC's stream-safe form inserts U+034F after 30 combining marks),
+// then the word limit and the per-word length bound.
+func checkDelivered(text string, allowNewline bool, max int) error {
+	if err := checkHygiene(text, allowNewline); err != nil {
+		return fmt.Errorf("after normalization %w", err)
+	}
+	return checkWords(strings.Fields(text), max)
 }
 
 // checkWordCount refuses text with more than max words before any
@@ -147,12 +161,16 @@ func checkFormat(q Question, text string) (string, error) {
 	case "", ShortText:
 		return text, nil
 	case ShortList:
-		items := strings.Split(text, ",")
-		for i := range items {
-			items[i] = strings.TrimSpace(items[i])
-			if items[i] == "" {
-				return "", fmt.Errorf("list item %d is empty (short_list is comma-separated, no empty items)", i+1)
+		// Empty items (a trailing comma, ",,") are dropped; at least one
+		// item must remain.
+		var items []string
+		for _, item := range strings.Split(text, ",") {
+			if item = strings.TrimSpace(item); item != "" {
+				items = append(items, item)
 			}
+		}
+		if len(items) == 0 {
+			return "", fmt.Errorf("is not a short_list: no non-empty item (items are separated by commas)")
 		}
 		return strings.Join(items, ", "), nil
 	case PersonName:

@@ -157,6 +157,9 @@ func (v *validation) cat1(spec Spec, members []member) {
 				continue
 			}
 			v.out = append(v.out, Entry{f.Name, n})
+		default:
+			// A malformed spec fails closed.
+			v.fail(f.Name, "spec has unknown field type %q", f.Type)
 		}
 	}
 }
@@ -194,17 +197,18 @@ func (v *validation) cat2(spec Spec, members []member) {
 			v.fail(q.ID, "%v", err)
 			continue
 		}
-		text, words := normalizeLine(val.text)
+		text, _ := normalizeLine(val.text)
 		if text == "" {
 			v.fail(q.ID, "is empty")
 			continue
 		}
-		if err := checkWords(words, spec.QuestionWords(q)); err != nil {
+		text, err := checkFormat(q, text)
+		if err != nil {
 			v.fail(q.ID, "%v", err)
 			continue
 		}
-		text, err := checkFormat(q, text)
-		if err != nil {
+		// Counted on what is delivered: re-joining a list can add words.
+		if err := checkDelivered(text, false, spec.QuestionWords(q)); err != nil {
 			v.fail(q.ID, "%v", err)
 			continue
 		}
@@ -245,12 +249,12 @@ func (v *validation) cat3(spec Spec, members []member) {
 		v.fail(summaryKey, "%v", err)
 		return
 	}
-	text, words := normalizeText(val.text)
+	text := normalizeText(val.text)
 	if text == "" {
 		v.fail(summaryKey, "is empty")
 		return
 	}
-	if err := checkWords(words, spec.MaxWords); err != nil {
+	if err := checkDelivered(text, true, spec.MaxWords); err != nil {
 		v.fail(summaryKey, "%v", err)
 		return
 	}

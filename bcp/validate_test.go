@@ -139,7 +139,13 @@ func TestValidateCat2(t *testing.T) {
 		{name: "supplementary private use", spec: cat2(ShortText, 3), raw: `{"a":"x\udb80\udc00"}`, err: "private-use character (U+F0000)"},
 		{name: "variation selector supplement", spec: cat2(ShortText, 3), raw: `{"a":"x\udb40\udd00"}`, err: "variation selector (U+E0100)"},
 		{name: "noncharacter", spec: cat2(ShortText, 3), raw: `{"a":"x\uffff"}`, err: "noncharacter (U+FFFF)"},
-		{name: "emoji variation selector allowed", spec: cat2(ShortText, 3), raw: `{"a":"love \u2764\ufe0f"}`, want: `{"a":"love ❤️"}`},
+		{name: "emoji without a variation selector", spec: cat2(ShortText, 3), raw: `{"a":"love \u2764"}`, want: `{"a":"love ❤"}`},
+		{name: "variation selector 16", spec: cat2(ShortText, 3), raw: `{"a":"love \u2764\ufe0f"}`, err: "invisible variation selector (U+FE0F)"},
+		{name: "variation selectors as a carrier", spec: digest, raw: `{"summary":"ok\ufe0f\ufe01"}`, err: "U+FE0F"},
+		{name: "combining grapheme joiner", spec: cat2(ShortText, 3), raw: `{"a":"a\u034fb"}`, err: "invisible character (U+034F)"},
+		{name: "hangul filler", spec: cat2(ShortText, 3), raw: `{"a":"a\u3164b"}`, err: "invisible character (U+3164)"},
+		{name: "blank braille", spec: cat2(ShortText, 3), raw: `{"a":"a\u2800b"}`, err: "invisible character (U+2800)"},
+		{name: "stream-safe joiner inserted by NFC", spec: cat2(ShortText, 3), raw: `{"a":"a` + strings.Repeat(`\u0301`, 31) + `"}`, err: "after normalization contains an invisible character (U+034F)"},
 		{name: "non-latin text allowed", spec: cat2(ShortText, 3), raw: `{"a":"Привет мир"}`, want: `{"a":"Привет мир"}`},
 	})
 }
@@ -149,8 +155,10 @@ func TestValidateFormats(t *testing.T) {
 	runValidateCases(t, []validateCase{
 		{name: "short_list", spec: cat2(ShortList, 10), raw: `{"a":"red ,green,  blue"}`, want: `{"a":"red, green, blue"}`},
 		{name: "short_list one item", spec: cat2(ShortList, 10), raw: `{"a":"red"}`, want: `{"a":"red"}`},
-		{name: "short_list empty item", spec: cat2(ShortList, 10), raw: `{"a":"red,,blue"}`, err: "list item 2 is empty"},
-		{name: "short_list trailing comma", spec: cat2(ShortList, 10), raw: `{"a":"red, blue,"}`, err: "list item 3 is empty"},
+		{name: "short_list empty item dropped", spec: cat2(ShortList, 10), raw: `{"a":"red,,blue"}`, want: `{"a":"red, blue"}`},
+		{name: "short_list trailing comma dropped", spec: cat2(ShortList, 10), raw: `{"a":"red, blue,"}`, want: `{"a":"red, blue"}`},
+		{name: "short_list no item", spec: cat2(ShortList, 10), raw: `{"a":", ,"}`, err: "no non-empty item"},
+		{name: "short_list words counted as delivered", spec: cat2(ShortList, 1), raw: `{"a":"a,b,c"}`, err: "has 3 words; the limit is 1"},
 		{name: "person_name", spec: cat2(PersonName, 5), raw: `{"a":"Jean-Luc O'Brien Jr."}`, want: `{"a":"Jean-Luc O'Brien Jr."}`},
 		{name: "person_name unicode", spec: cat2(PersonName, 5), raw: `{"a":"Zoë O’Connor Ødegård"}`, want: `{"a":"Zoë O’Connor Ødegård"}`},
 		{name: "person_name digit", spec: cat2(PersonName, 5), raw: `{"a":"R2 D2"}`, err: `is not a person_name: "2" is not allowed`},
@@ -235,6 +243,13 @@ func TestValidateJSON(t *testing.T) {
 		{name: "too large", spec: digest, raw: `{"summary":"` + strings.Repeat("a ", MaxResponseBytes/2) + `"}`, err: "the limit is 1048576"},
 		{name: "single quotes", spec: digest, raw: `{'summary':'a'}`, err: "not valid JSON"},
 	})
+}
+
+func TestValidateMalformedSpecFailsClosed(t *testing.T) {
+	spec := Spec{Category: Cat1, Fields: []Field{{Name: "a", Type: "bool"}, {Name: "b", Type: Boolean}}}
+	if _, err := Validate(spec, []byte(`{"a":"anything","b":true}`)); err == nil || !strings.Contains(err.Error(), `a: spec has unknown field type "bool"`) {
+		t.Errorf("err = %v, want a refusal for the unknown type", err)
+	}
 }
 
 func TestValidateEchoIsQuotedAndShort(t *testing.T) {

@@ -46,23 +46,25 @@ type Verdict struct {
 // Accepted reports whether the publish goes on to delivery or review.
 func (v Verdict) Accepted() bool { return v.Err == nil }
 
-// Charged returns the bits the publish costs: the subscription's bits when
-// accepted, nothing when refused.
+// Charged returns the bits the publish costs: the subscription's bits
+// (computed once, at load) when accepted, nothing when refused.
 func (v Verdict) Charged() float64 {
 	if v.Err != nil {
 		return 0
 	}
-	return v.Result.Bits
+	return v.Subscription.Bits
 }
 
-// Detail is the text the Reader is told: the refusal with its code, or
-// where the push went.
+// Detail describes the verdict: the refusal with its code, or where the
+// push goes next. A refusal or a delivery is what the Reader's
+// bcp_validation_result says; a push routed to review is answered only
+// once the operator has decided.
 func (v Verdict) Detail() string {
 	if v.Err != nil {
 		return v.Err.Error()
 	}
 	s := v.Subscription
-	where := fmt.Sprintf("(Cat-%d, %s)", s.Spec.Category, bcp.FormatBits(v.Result.Bits))
+	where := fmt.Sprintf("(Cat-%d, %s)", s.Spec.Category, bcp.FormatBits(s.Bits))
 	if v.Result.Route == bcp.RouteReview {
 		return fmt.Sprintf("Queued for operator review before delivery to controller %s %s", s.Controller, where)
 	}

@@ -11,8 +11,8 @@ import (
 // Exit codes shared by the subcommands.
 const (
 	exitOK      = 0
-	exitFailed  = 1 // the thing checked is invalid or refused
-	exitUsage   = 2 // bad flags, or definitions that do not load
+	exitFailed  = 1 // the thing checked is invalid or refused (validate, run: definitions that do not load)
+	exitUsage   = 2 // bad flags; for check, also definitions that do not load
 	programName = "bcpgw"
 )
 
