@@ -28,10 +28,8 @@ type Anomaly struct {
 	Match string      `json:"match"`
 }
 
-// detectors run in this order; each reports at most once per answer. All
-// are RE2 expressions, which run in time linear in the input, so hostile
-// text cannot make detection slow.
-var detectors = []struct {
+// detector finds one kind of anomaly.
+type detector struct {
 	code AnomalyCode
 	re   *regexp.Regexp
 	// accept, when set, filters matches (a regexp cannot say "contains a
@@ -42,21 +40,28 @@ var detectors = []struct {
 	// (strings.Contains is fast) skips most regexp runs on clean text.
 	// Empty means always run the regexp.
 	hints []string
-}{
+	// words, when set, replaces hints: the regexp runs only if one of the
+	// text's words (runs of letters, lower-cased) passes it.
+	words func(word string) bool
+}
+
+// detectors run in this order; each reports at most once per answer. All
+// are RE2 expressions, which run in time linear in the input, so hostile
+// text cannot make detection slow.
+var detectors = []detector{
 	// Word stems catch inflections (ignoring, disregarded, overrides);
 	// \s+ between the words of a phrase catches line breaks in Cat-3.
-	{AnomalyInstruction, regexp.MustCompile(`(?i)\b(?:ignor|disregard|forget|forgot|overrid|pretend|jailbreak)\w*|\binstead\b|\byou\s+(?:should|must|need\s+to|have\s+to|are\s+now|will\s+now|shall)\b|\bsystem\s+prompt|\b(?:previous|prior|above|earlier|new|these)\s+instructions?\b|\bfrom\s+now\s+on\b|\bact\s+as\b|\bdo\s+not\s+(?:tell|reveal|mention|inform)\b`), nil,
-		[]string{"ignor", "disregard", "forget", "forgot", "overrid", "pretend", "jailbreak", "instead", "you", "prompt", "instruction", "now", "act", "not"}},
+	{code: AnomalyInstruction, re: regexp.MustCompile(`(?i)\b(?:ignor|disregard|forget|forgot|overrid|pretend|jailbreak)\w*|\binstead\b|\byou\s+(?:should|must|need\s+to|have\s+to|are\s+now|will\s+now|shall)\b|\bsystem\s+prompt|\b(?:previous|prior|above|earlier|new|these)\s+instructions?\b|\bfrom\s+now\s+on\b|\bact\s+as\b|\bdo\s+not\s+(?:tell|reveal|mention|inform)\b`), words: instructionWord},
 	// A bare domain counts when a path follows it (evil.example/x).
-	{AnomalyURL, regexp.MustCompile(`(?i)\b[a-z][a-z0-9+.-]{1,15}://\S+|\bwww\.[a-z0-9-]+\.[a-z]{2,}\S*|\b(?:javascript|vbscript|data):[^\s,;]+|\b[a-z0-9-]+(?:\.[a-z0-9-]+)*\.[a-z]{2,}/\S*`), nil,
-		[]string{"://", "www.", "script:", "data:", "/"}},
-	{AnomalyCodeFence, regexp.MustCompile("```|~~~"), nil, []string{"```", "~~~"}},
-	{AnomalyMarkdownLink, regexp.MustCompile(`!?\[[^\]\n]{0,200}\]\([^)\n]{0,500}\)|(?m)^\s*\[[^\]\n]{1,200}\]:\s*\S`), nil, []string{"]"}},
+	{code: AnomalyURL, re: regexp.MustCompile(`(?i)\b[a-z][a-z0-9+.-]{1,15}://\S+|\bwww\.[a-z0-9-]+\.[a-z]{2,}\S*|\b(?:javascript|vbscript|data):[^\s,;]+|\b[a-z0-9-]+(?:\.[a-z0-9-]+)*\.[a-z]{2,}/\S*`),
+		hints: []string{"://", "www.", "script:", "data:", "/"}},
+	{code: AnomalyCodeFence, re: regexp.MustCompile("```|~~~"), hints: []string{"```", "~~~"}},
+	{code: AnomalyMarkdownLink, re: regexp.MustCompile(`!?\[[^\]\n]{0,200}\]\([^)\n]{0,500}\)|(?m)^\s*\[[^\]\n]{1,200}\]:\s*\S`), hints: []string{"]"}},
 	// After the tag name, white space or a slash (<img/src=x onerror=...>).
-	{AnomalyHTMLTag, regexp.MustCompile(`</?[A-Za-z][A-Za-z0-9:-]*(?:[\s/][^<>]{0,500})?>|<!--`), nil, []string{"<"}},
-	{AnomalyRoleMarker, regexp.MustCompile(`(?i)(?:^|\n)\s*(?:system|assistant|user|human|developer|tool)\s*:|\b(?:system|assistant|developer)\s*:|<\||\|>|\[/?inst\]|<</?sys>>`), nil,
-		[]string{":", "<|", "|>", "inst]", "sys>>"}},
-	{AnomalyBase64, regexp.MustCompile(`[A-Za-z0-9+/_-]{40,}={0,2}`), looksEncoded, nil}, // see hasLongWord
+	{code: AnomalyHTMLTag, re: regexp.MustCompile(`</?[A-Za-z][A-Za-z0-9:-]*(?:[\s/][^<>]{0,500})?>|<!--`), hints: []string{"<"}},
+	{code: AnomalyRoleMarker, re: regexp.MustCompile(`(?i)(?:^|\n)\s*(?:system|assistant|user|human|developer|tool)\s*:|\b(?:system|assistant|developer)\s*:|<\||\|>|\[/?inst\]|<</?sys>>`),
+		hints: []string{":", "<|", "|>", "inst]", "sys>>"}},
+	{code: AnomalyBase64, re: regexp.MustCompile(`[A-Za-z0-9+/_-]{40,}={0,2}`), accept: looksEncoded}, // see hasLongWord
 }
 
 // looksEncoded accepts a long run only if it mixes letters and digits, so
@@ -79,7 +84,7 @@ func detect(field, text string, prefilter bool) []Anomaly {
 	var out []Anomaly
 	lower := strings.ToLower(text)
 	for _, d := range detectors {
-		if prefilter && (!containsAny(lower, d.hints) || (d.code == AnomalyBase64 && !hasLongWord(text, 40))) {
+		if prefilter && !d.mayMatch(lower, text) {
 			continue
 		}
 		for _, m := range d.re.FindAllString(text, -1) {
@@ -113,6 +118,45 @@ func hasLongWord(s string, n int) bool {
 		}
 	}
 	return false
+}
+
+// instructionStems and instructionWords are where every alternative of
+// the instruction detector starts: a match begins at a word boundary with
+// one of these stems, or with one of these whole words.
+var (
+	instructionStems = []string{"ignor", "disregard", "forget", "forgot", "overrid", "pretend", "jailbreak"}
+	instructionWords = map[string]bool{
+		"instead": true, "you": true, "system": true, "previous": true, "prior": true, "above": true,
+		"earlier": true, "new": true, "these": true, "from": true, "act": true, "do": true,
+	}
+)
+
+func instructionWord(w string) bool {
+	if instructionWords[w] {
+		return true
+	}
+	for _, s := range instructionStems {
+		if strings.HasPrefix(w, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// mayMatch is the prefilter: false only if the regexp cannot match.
+func (d detector) mayMatch(lower, text string) bool {
+	switch {
+	case d.words != nil:
+		for _, w := range strings.FieldsFunc(lower, func(r rune) bool { return r < 'a' || r > 'z' }) {
+			if d.words(w) {
+				return true
+			}
+		}
+		return false
+	case d.code == AnomalyBase64:
+		return hasLongWord(text, 40)
+	}
+	return containsAny(lower, d.hints)
 }
 
 // containsAny reports whether s contains one of subs; no subs means yes.

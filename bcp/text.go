@@ -28,6 +28,8 @@ func checkHygiene(s string, allowNewline bool) error {
 		pos++
 		var what string
 		switch {
+		case r >= 0x20 && r < 0x7f:
+			continue // printable ASCII: the common case, no table lookups
 		case r == '\n' && allowNewline:
 			continue
 		case r == utf8.RuneError:
