@@ -184,14 +184,24 @@ func StartSession(ctx context.Context, cfg SessionConfig) (*Session, error) {
 		done:   make(chan struct{}),
 		ready:  make(chan struct{}),
 	}
+	fail := func(err error) (*Session, error) { return nil, fmt.Errorf("start %s: %w", def.Name, err) }
 	env, err := runtimeEnv(def, cfg.LookupEnv)
 	if err != nil {
-		return nil, fmt.Errorf("start %s: %w", def.Name, err)
+		return fail(err)
 	}
 	path, _ := envValue(env, "PATH")
 	prog, err := runtimeProgram(def, path)
 	if err != nil {
-		return nil, fmt.Errorf("start %s: %w", def.Name, err)
+		return fail(err)
+	}
+	// start is the first line on stdin. It is queued before anything is
+	// spawned, so nothing can fail between spawning and supervising, and
+	// every later send happens on the run goroutine.
+	if err := s.send(runtime.Start{Type: runtime.TypeStart, Agent: runtime.StartAgent{
+		Name: def.Name, Tools: nonNil(def.Tools), Model: def.Model, SystemPrompt: def.SystemPrompt,
+		MaxTurns: def.MaxTurns, Cwd: absDir(def.Workdir),
+	}}); err != nil {
+		return fail(err)
 	}
 	cmd := exec.Command(prog, def.Runtime[1:]...)
 	cmd.Env = env
@@ -200,18 +210,18 @@ func StartSession(ctx context.Context, cfg SessionConfig) (*Session, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		return nil, fmt.Errorf("start %s: %w", def.Name, err)
+		return fail(err)
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, fmt.Errorf("start %s: %w", def.Name, err)
+		return fail(err)
 	}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
-		return nil, fmt.Errorf("start %s: %w", def.Name, err)
+		return fail(err)
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w%s", def.Name, err, startHint(prog, err))
+		return fail(fmt.Errorf("%w%s", err, startHint(prog, err)))
 	}
 	s.cmd = cmd
 	s.audit("session_started", "", fmt.Sprintf("pid %d: %s", cmd.Process.Pid, strings.Join(def.Runtime, " ")), nil)
@@ -222,15 +232,6 @@ func StartSession(ctx context.Context, cfg SessionConfig) (*Session, error) {
 	pipes.Add(2)
 	go func() { defer pipes.Done(); s.readStdout(stdout, lines) }()
 	go func() { defer pipes.Done(); s.relayStderr(stderr) }()
-	// start is queued before run begins, so that every later send
-	// happens on the run goroutine.
-	if err := s.send(runtime.Start{Type: runtime.TypeStart, Agent: runtime.StartAgent{
-		Name: def.Name, Tools: nonNil(def.Tools), Model: def.Model, SystemPrompt: def.SystemPrompt,
-		MaxTurns: def.MaxTurns, Cwd: absDir(def.Workdir),
-	}}); err != nil {
-		s.Kill()
-		return nil, fmt.Errorf("start %s: %w", def.Name, err)
-	}
 	go s.writeStdin(stdin)
 	go func() {
 		// Wait only after both pipes hit EOF, as os/exec requires.
@@ -247,7 +248,7 @@ func StartSession(ctx context.Context, cfg SessionConfig) (*Session, error) {
 	case <-ctx.Done():
 		s.Kill()
 		<-s.done
-		return nil, fmt.Errorf("start %s: %w", def.Name, ctx.Err())
+		return fail(ctx.Err())
 	}
 }
 
