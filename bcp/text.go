@@ -59,11 +59,11 @@ func checkHygiene(s string, allowNewline bool) error {
 }
 
 // normalizeLine applies NFC, collapses white-space runs to one space and
-// trims. It returns the normalized text and its words.
-func normalizeLine(s string) (string, []string) {
-	words := strings.Fields(norm.NFC.String(s))
-	return strings.Join(words, " "), words
-}
+// trims.
+func normalizeLine(s string) string { return collapseSpace(norm.NFC.String(s)) }
+
+// collapseSpace collapses white-space runs to one space and trims.
+func collapseSpace(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 // normalizeText is normalizeLine for text that keeps its line breaks: each
 // line is normalized, at most one blank line is kept in a row, and blank
@@ -74,7 +74,7 @@ func normalizeText(s string) string {
 		blank = 0
 	)
 	for _, line := range strings.Split(norm.NFC.String(s), "\n") {
-		text, _ := normalizeLine(line)
+		text := collapseSpace(line) // already NFC: the whole text was
 		if text == "" {
 			blank++
 			continue

@@ -197,7 +197,7 @@ func (v *validation) cat2(spec Spec, members []member) {
 			v.fail(q.ID, "%v", err)
 			continue
 		}
-		text, _ := normalizeLine(val.text)
+		text := normalizeLine(val.text)
 		if text == "" {
 			v.fail(q.ID, "is empty")
 			continue
