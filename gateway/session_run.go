@@ -98,8 +98,7 @@ func (s *Session) dispatch(l *loop) {
 	}
 	msg := l.queue[0]
 	l.queue = l.queue[1:]
-	l.timer.Stop()
-	l.timer = stoppedTimer{}
+	s.resetTimer(l, 0) // busy: no idle timer while a turn runs
 	if err := s.send(msg); err != nil {
 		s.stopNow(l, err.Error())
 		return
