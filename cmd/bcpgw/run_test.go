@@ -35,8 +35,7 @@ func (l *lockedBuffer) String() string {
 // every 100ms, and its controller.
 func demoSet(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
-	files := map[string]string{
+	return writeSet(t, map[string]string{
 		"main.md": fmt.Sprintf(`---
 name: main
 runtime: [%q, --role, controller]
@@ -59,13 +58,7 @@ bcp_channels:
   - {peer: main, role: reader, max_category: 1, budget_bits: 100}
 ---
 `, demoAgent),
-	}
-	for name, text := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
+	})
 }
 
 func TestRunStartsAgentsAndStopsOnSignal(t *testing.T) {
