@@ -64,11 +64,10 @@ func (v Verdict) Detail() string {
 		return v.Err.Error()
 	}
 	s := v.Subscription
-	where := fmt.Sprintf("(Cat-%d, %s)", s.Spec.Category, bcp.FormatBits(s.Bits))
 	if v.Result.Route == bcp.RouteReview {
-		return fmt.Sprintf("Queued for operator review before delivery to controller %s %s", s.Controller, where)
+		return fmt.Sprintf("Queued for operator review before delivery to controller %s (Cat-%d, %s)", s.Controller, s.Spec.Category, bcp.FormatBits(s.Bits))
 	}
-	return fmt.Sprintf("Published to controller %s %s", s.Controller, where)
+	return successDetail(s.Controller, "", s.Spec.Category, s.Bits)
 }
 
 // JudgePublish runs every check the gateway applies to a publish, in
@@ -90,10 +89,7 @@ func JudgePublish(set *agents.Set, p Publish, left func(*agents.Link) Remaining)
 	res, err := bcp.Validate(sub.Spec, p.Response)
 	v := Verdict{Subscription: sub, Result: res}
 	if err != nil {
-		v.Err, _ = err.(*bcp.Error)
-		if v.Err == nil {
-			v.Err = &bcp.Error{Code: bcp.ValidationFailed, Detail: err.Error()}
-		}
+		v.Err = asBCPError(err)
 		return v
 	}
 	budget := left(set.Link(p.Controller, p.Reader))

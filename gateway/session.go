@@ -19,6 +19,7 @@ import (
 
 	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/bcp"
+	"github.com/bcpgw/bcpgw/gateway/store"
 	"github.com/bcpgw/bcpgw/runtime"
 )
 
@@ -148,7 +149,7 @@ type Session struct {
 	cmd  *exec.Cmd
 
 	out    chan []byte // to the stdin writer
-	work   chan any    // prompts and deliveries, in order
+	work   chan turn   // prompts, queries and deliveries, in order
 	sends  chan any    // messages sent right away (not turns)
 	stopCh chan string // stop requests, with a reason
 	done   chan struct{}
@@ -163,6 +164,19 @@ type Session struct {
 	mu     sync.Mutex
 	err    error // why the session ended; nil if stopped on request
 	stderr []string
+
+	// replies keeps answers to the runtime in the order of the messages
+	// they answer, even when some are completed later by other goroutines
+	// (a publish is answered after its commit). replyReady wakes run.
+	replyMu    sync.Mutex
+	replies    []*PendingReply
+	replyReady chan struct{}
+}
+
+// turn is one unit of work that ends with the runtime's result.
+type turn struct {
+	msg  any
+	done chan error // receives nil on result, ErrSessionClosed if the session ends first
 }
 
 // StartSession spawns the definition's runtime and returns once it has
@@ -178,11 +192,13 @@ func StartSession(ctx context.Context, cfg SessionConfig) (*Session, error) {
 		name:   def.Name,
 		log:    cfg.Logger.Named(def.Name),
 		out:    make(chan []byte, outQueue),
-		work:   make(chan any),
+		work:   make(chan turn),
 		sends:  make(chan any),
 		stopCh: make(chan string, 1),
 		done:   make(chan struct{}),
 		ready:  make(chan struct{}),
+
+		replyReady: make(chan struct{}, 1),
 	}
 	fail := func(err error) (*Session, error) { return nil, fmt.Errorf("start %s: %w", def.Name, err) }
 	env, err := runtimeEnv(def, cfg.LookupEnv)
@@ -306,29 +322,109 @@ func (s *Session) Err() error {
 
 // Prompt queues a prompt turn. Turns run one at a time in order.
 func (s *Session) Prompt(ctx context.Context, content string, metadata map[string]any) error {
-	return s.submit(ctx, s.work, runtime.Prompt{Type: runtime.TypePrompt, Content: content, Metadata: metadata})
+	_, err := s.Turn(ctx, runtime.Prompt{Type: runtime.TypePrompt, Content: content, Metadata: metadata})
+	return err
+}
+
+// Turn queues msg (a prompt, bcp_query or bcp_response_delivery) as a
+// turn: turns are sent one at a time, in order, each once the runtime has
+// answered result for the one before. The returned channel receives nil
+// when the runtime answers result for msg, or ErrSessionClosed if the
+// session ends first. It waits only while the runtime is starting.
+func (s *Session) Turn(ctx context.Context, msg any) (<-chan error, error) {
+	t := turn{msg: msg, done: make(chan error, 1)}
+	select {
+	case s.work <- t:
+		return t.done, nil
+	case <-s.done:
+		return nil, ErrSessionClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // Send writes a message to the runtime now, outside the turn queue (a
 // validation result, a query answer).
 func (s *Session) Send(ctx context.Context, msg any) error {
-	return s.submit(ctx, s.sends, msg)
-}
-
-// Reply writes a message to the runtime from inside OnMessage, which runs
-// on the session's own goroutine (where Send would wait on itself). It
-// never blocks.
-func (s *Session) Reply(msg any) error { return s.send(msg) }
-
-func (s *Session) submit(ctx context.Context, ch chan any, msg any) error {
 	select {
-	case ch <- msg:
+	case s.sends <- msg:
 		return nil
 	case <-s.done:
 		return ErrSessionClosed
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// PendingReply is a place in the order of a runtime's answers, reserved
+// by ReplyLater and filled by Send from any goroutine.
+type PendingReply struct {
+	s    *Session
+	msg  any
+	sent bool
+}
+
+// ReplyLater reserves the next place in the order of answers to the
+// runtime, for an answer that is known only later (after a commit, or an
+// operator's decision). Answers reserved after it wait until it is sent.
+// Only OnMessage may call it.
+func (s *Session) ReplyLater() *PendingReply {
+	p := &PendingReply{s: s}
+	s.replyMu.Lock()
+	s.replies = append(s.replies, p)
+	s.replyMu.Unlock()
+	return p
+}
+
+// Send fills the reserved place with msg. It never blocks, may be called
+// from any goroutine, and only the first call counts. After the session
+// ended it does nothing.
+func (p *PendingReply) Send(msg any) {
+	s := p.s
+	s.replyMu.Lock()
+	if p.sent {
+		s.replyMu.Unlock()
+		return
+	}
+	p.msg, p.sent = msg, true
+	s.replyMu.Unlock()
+	select {
+	case s.replyReady <- struct{}{}:
+	default: // run is already woken
+	}
+}
+
+// Skip gives up the reserved place: nothing is sent for it, and the
+// answers behind it go on.
+func (p *PendingReply) Skip() { p.Send(nil) }
+
+// Reply answers the runtime from inside OnMessage, which runs on the
+// session's own goroutine (where Send would wait on itself), after any
+// answer still reserved by ReplyLater. It never blocks.
+func (s *Session) Reply(msg any) {
+	s.ReplyLater().Send(msg)
+}
+
+// flushReplies sends the answers that are ready, in order, up to the
+// first one still reserved. Only run calls it.
+func (s *Session) flushReplies() error {
+	s.replyMu.Lock()
+	var ready []any
+	for len(s.replies) > 0 && s.replies[0].sent {
+		ready = append(ready, s.replies[0].msg)
+		s.replies[0] = nil
+		s.replies = s.replies[1:]
+	}
+	s.replyMu.Unlock()
+	for _, msg := range ready {
+		if msg == nil { // skipped
+			continue
+		}
+		if err := s.send(msg); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Stop ends the session gracefully: shutdown, close stdin, SIGTERM to the
@@ -479,7 +575,7 @@ func (s *Session) stderrTail() []string {
 }
 
 func (s *Session) audit(kind string, code bcp.Code, detail string, payload []byte) {
-	s.cfg.Auditor.Audit(Event{Time: s.cfg.Clock.Now(), Agent: s.name, Kind: kind, Code: string(code), Detail: detail, Payload: truncatePayload(payload)})
+	s.cfg.Auditor.Audit(store.Event{Time: s.cfg.Clock.Now(), Agent: s.name, Kind: kind, Code: string(code), Detail: detail, Payload: truncatePayload(payload)})
 }
 
 // refuse answers a runtime line with an error message and audits it.

@@ -27,8 +27,8 @@ const (
 // loop is the state that run owns.
 type loop struct {
 	ready    bool
-	inFlight bool  // a turn has been sent and has no result yet
-	queue    []any // turns waiting
+	inFlight *turn  // the turn sent that has no result yet
+	queue    []turn // turns waiting
 	phase    stopPhase
 	stopWhy  string // why the gateway stopped it (for the exit error)
 	asked    bool   // the stop was requested (not a crash)
@@ -50,9 +50,13 @@ func (s *Session) run(lines <-chan lineEvent, exited <-chan error) {
 				continue
 			}
 			s.handleLine(l, ev)
-		case msg := <-s.workIfReady(l):
-			l.queue = append(l.queue, msg)
+		case t := <-s.workIfReady(l):
+			l.queue = append(l.queue, t)
 			s.dispatch(l)
+		case <-s.replyReady:
+			if err := s.flushReplies(); err != nil && !errors.Is(err, ErrSessionClosed) {
+				s.stopNow(l, err.Error())
+			}
 		case msg := <-s.sends:
 			if err := s.send(msg); err != nil && !errors.Is(err, ErrSessionClosed) {
 				s.stopNow(l, err.Error())
@@ -70,7 +74,7 @@ func (s *Session) run(lines <-chan lineEvent, exited <-chan error) {
 
 // workIfReady accepts turns only once the runtime is ready; until then
 // submitters wait.
-func (s *Session) workIfReady(l *loop) chan any {
+func (s *Session) workIfReady(l *loop) chan turn {
 	if l.ready && l.phase == running {
 		return s.work
 	}
@@ -89,21 +93,21 @@ func (s *Session) resetTimer(l *loop, d time.Duration) {
 // dispatch sends the next turn if none is in flight, or arms the idle
 // timer when there is nothing to do.
 func (s *Session) dispatch(l *loop) {
-	if l.inFlight || l.phase != running {
+	if l.inFlight != nil || l.phase != running {
 		return
 	}
 	if len(l.queue) == 0 {
 		s.resetTimer(l, s.cfg.Def.IdleTimeout)
 		return
 	}
-	msg := l.queue[0]
+	t := l.queue[0]
+	l.queue[0] = turn{}
 	l.queue = l.queue[1:]
 	s.resetTimer(l, 0) // busy: no idle timer while a turn runs
-	if err := s.send(msg); err != nil {
+	l.inFlight = &t
+	if err := s.send(t.msg); err != nil {
 		s.stopNow(l, err.Error())
-		return
 	}
-	l.inFlight = true
 }
 
 func (s *Session) timeout(l *loop) {
@@ -191,6 +195,13 @@ func (s *Session) finish(l *loop, waitErr error) {
 		s.audit("session_crashed", "", exit.Error(), nil)
 	}
 	s.closeOut()
+	// Turns not answered are for the next session: tell their owners.
+	if l.inFlight != nil {
+		l.inFlight.done <- ErrSessionClosed
+	}
+	for _, t := range l.queue {
+		t.done <- ErrSessionClosed
+	}
 	s.mu.Lock()
 	s.err = err
 	s.mu.Unlock()
@@ -232,11 +243,12 @@ func (s *Session) handleLine(l *loop, ev lineEvent) {
 	}
 	switch env.Type {
 	case runtime.TypeResult:
-		if !l.inFlight {
+		if l.inFlight == nil {
 			s.refuse(bcp.ProtocolError, "result without a prompt or delivery in progress", env.Raw)
 			return
 		}
-		l.inFlight = false
+		l.inFlight.done <- nil
+		l.inFlight = nil
 		s.audit("turn_done", "", "", env.Raw)
 		s.dispatch(l)
 	case runtime.TypeReady:

@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/bcpgw/bcpgw/agents"
+	"github.com/bcpgw/bcpgw/gateway/store"
 	"github.com/bcpgw/bcpgw/bcp"
 	"github.com/bcpgw/bcpgw/runtime"
 )
@@ -126,19 +127,19 @@ func (s *syncBuffer) String() string {
 // recorder is an Auditor that keeps events.
 type recorder struct {
 	mu     sync.Mutex
-	events []Event
+	events []store.Event
 }
 
-func (r *recorder) Audit(e Event) {
+func (r *recorder) Audit(e store.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.events = append(r.events, e)
 }
 
-func (r *recorder) find(kind, code string) []Event {
+func (r *recorder) find(kind, code string) []store.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []Event
+	var out []store.Event
 	for _, e := range r.events {
 		if e.Kind == kind && (code == "" || e.Code == code) {
 			out = append(out, e)
@@ -467,7 +468,7 @@ func TestSessionHostileRuntimeIsContained(t *testing.T) {
 		if i >= len(got) || got[i].Code != w.code || !strings.Contains(got[i].Detail, w.frag) {
 			t.Errorf("refusal %d = %+v, want code %s and %q", i, got[i], w.code, w.frag)
 		}
-		if i < len(got) && len(got[i].Payload) > maxAuditPayload {
+		if i < len(got) && len(got[i].Payload) > store.MaxPayload {
 			t.Errorf("refusal %d keeps %d payload bytes", i, len(got[i].Payload))
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/bcpgw/bcpgw/agents"
+	"github.com/bcpgw/bcpgw/gateway/store"
 	"github.com/bcpgw/bcpgw/runtime"
 )
 
@@ -48,6 +49,10 @@ type SupervisorConfig struct {
 	// Session is the template for every session; Def, Subscriptions and
 	// the shared fields above are filled in per agent.
 	Session SessionConfig
+	// OnStarted, if set, is told about every session that became ready,
+	// before anyone else can use it. It runs on the supervisor's goroutine
+	// and must not block.
+	OnStarted func(*Session)
 }
 
 // Supervisor keeps one session per agent: it starts sessions on demand
@@ -150,7 +155,7 @@ func (sv *Supervisor) handle(ctx context.Context, all map[string]*agent, ev any)
 			ev.reply <- result{err: fmt.Errorf("no agent named %q", ev.name)}
 		case a.state == StateFailed:
 			ev.reply <- result{err: fmt.Errorf("%s: %w", ev.name, ErrAgentFailed)}
-		case a.state == StateRunning:
+		case a.state == StateRunning && !ended(a.sess):
 			ev.reply <- result{sess: a.sess}
 		default:
 			a.waiters = append(a.waiters, ev.reply)
@@ -186,6 +191,9 @@ func (sv *Supervisor) handle(ctx context.Context, all map[string]*agent, ev any)
 			return
 		}
 		a.sess, a.state = ev.res.sess, StateRunning
+		if sv.cfg.OnStarted != nil {
+			sv.cfg.OnStarted(a.sess)
+		}
 		for _, w := range a.waiters {
 			w <- result{sess: a.sess}
 		}
@@ -210,7 +218,7 @@ func (sv *Supervisor) handle(ctx context.Context, all map[string]*agent, ev any)
 			return
 		}
 		a.state, a.attempt = StateStopped, 0
-		if a.def.Autostart {
+		if a.def.Autostart || len(a.waiters) > 0 {
 			sv.start(ctx, a)
 		}
 	case retryEv:
@@ -218,6 +226,16 @@ func (sv *Supervisor) handle(ctx context.Context, all map[string]*agent, ev any)
 		if a.state == StateBackoff && ev.gen == a.timerGen {
 			sv.start(ctx, a)
 		}
+	}
+}
+
+// ended reports whether s has ended (its end may not be handled yet).
+func ended(s *Session) bool {
+	select {
+	case <-s.Done():
+		return true
+	default:
+		return false
 	}
 }
 
@@ -303,7 +321,7 @@ func Backoff(n int) time.Duration {
 }
 
 func (sv *Supervisor) audit(a *agent, kind, detail string) {
-	sv.cfg.Auditor.Audit(Event{Time: sv.cfg.Clock.Now(), Agent: a.def.Name, Kind: kind, Detail: detail})
+	sv.cfg.Auditor.Audit(store.Event{Time: sv.cfg.Clock.Now(), Agent: a.def.Name, Kind: kind, Detail: detail})
 }
 
 // shutdown stops every running session concurrently and waits for them

@@ -7,17 +7,21 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
 
 	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/gateway"
+	"github.com/bcpgw/bcpgw/gateway/store"
 )
 
 func newRunCmd() *cobra.Command {
 	var agentsDir, stateDir, logFormat, logLevel string
+	var approvalTTL, queryTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "run --agents DIR --state DIR",
 		Short: "Run the gateway in the foreground",
@@ -25,12 +29,15 @@ func newRunCmd() *cobra.Command {
 agents, and supervises their runtimes until SIGINT or SIGTERM, when every
 session is stopped gracefully (shutdown, then SIGTERM, then SIGKILL).
 
---state is where the gateway keeps its durable state; it is created with
-mode 0700 if missing.
+--state is where the gateway keeps its durable state (bcpgw.db: the
+delivery outbox, the approval queue and the audit events); it is created
+with mode 0700 if missing. Deliveries accepted before a crash are sent
+again on the next run with the same state directory.
 
-This version supervises sessions and validates publishes; delivery of
-pushes and routing of queries come with the router, so publishes are
-answered controller_unavailable after validation.`,
+Publishes and query answers are validated and charged to the budgets of
+PROTOCOL.md section 6; Cat-1 and Cat-2 data is delivered to the
+Controller as its next turn, Cat-3 data (and Cat-2 data flagged for
+review) waits in the approval queue for --approval-ttl.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {
@@ -53,15 +60,19 @@ answered controller_unavailable after validation.`,
 			if err := os.MkdirAll(stateDir, 0o700); err != nil {
 				return &exitError{code: exitFailed, msg: fmt.Sprintf("state directory: %v", err)}
 			}
+			st, err := store.Open(filepath.Join(stateDir, "bcpgw.db"))
+			if err != nil {
+				return &exitError{code: exitFailed, msg: err.Error()}
+			}
+			defer st.Close()
+			gw, err := gateway.New(gateway.Config{Set: set, Store: st, Logger: logger, ApprovalTTL: approvalTTL, QueryTimeout: queryTimeout})
+			if err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			audit := gateway.LogAuditor{Logger: logger.Named("audit")}
-			sv := gateway.NewSupervisor(gateway.SupervisorConfig{
-				Set: set, Logger: logger, Auditor: audit,
-				Session: gateway.SessionConfig{OnMessage: gateway.Unrouted(set, audit)},
-			})
 			logger.Info("gateway running", "agents", len(set.Agents), "dir", agentsDir, "state", stateDir)
-			err = sv.Run(ctx)
+			err = gw.Run(ctx)
 			logger.Info("gateway stopped")
 			return err
 		},
@@ -69,6 +80,8 @@ answered controller_unavailable after validation.`,
 	f := cmd.Flags()
 	f.StringVar(&agentsDir, "agents", os.Getenv("BCPGW_AGENTS"), "directory of agent definitions (env BCPGW_AGENTS)")
 	f.StringVar(&stateDir, "state", os.Getenv("BCPGW_STATE"), "state directory (env BCPGW_STATE)")
+	f.DurationVar(&approvalTTL, "approval-ttl", gateway.DefaultApprovalTTL, "how long an approval item waits for a decision before it expires")
+	f.DurationVar(&queryTimeout, "query-timeout", gateway.DefaultQueryTimeout, "how long a Reader has to answer a query")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	return cmd

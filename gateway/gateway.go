@@ -1,0 +1,157 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/bcpgw/bcpgw/agents"
+	"github.com/bcpgw/bcpgw/gateway/store"
+)
+
+// Gateway defaults. See Config.
+const (
+	DefaultQueryTimeout = 10 * time.Minute
+	DefaultApprovalTTL  = 24 * time.Hour
+	DefaultExpiryCheck  = 15 * time.Second
+)
+
+// Config configures a Gateway.
+type Config struct {
+	// Set is the checked set of agent definitions. Required.
+	Set *agents.Set
+	// Store keeps deliveries, approval items and events. Required; the
+	// Gateway does not close it.
+	Store *store.Store
+	// Logger receives the gateway's log lines. Default: discard.
+	Logger hclog.Logger
+	// Clock times query timeouts, approval expiry and restarts. Default:
+	// the system clock.
+	Clock Clock
+	// QueryTimeout is how long a Reader has to answer a query before the
+	// Controller is told query_timeout. Default DefaultQueryTimeout.
+	QueryTimeout time.Duration
+	// ApprovalTTL is how long an approval item waits for a decision before
+	// it is rejected as approval_expired. Default DefaultApprovalTTL.
+	ApprovalTTL time.Duration
+	// ExpiryCheck is how often expired approval items are looked for.
+	// Default DefaultExpiryCheck.
+	ExpiryCheck time.Duration
+	// Session is the template of every session (timeouts, limits);
+	// OnMessage is the gateway's own and is ignored here.
+	Session SessionConfig
+}
+
+// Gateway routes BCP traffic between the sessions of one set of agents:
+// it judges publishes and answers, charges budgets, keeps what it accepts
+// in the store before it says so, delivers it to Controllers as prompts
+// until they acknowledge it, and holds Cat-3 and flagged items for an
+// operator. Create it with New and run it with Run.
+type Gateway struct {
+	cfg   Config
+	log   hclog.Logger
+	audit Auditor
+	sv    *Supervisor
+	set   atomic.Pointer[agents.Set]
+
+	mu      sync.Mutex // guards the fields below
+	budgets *budgets
+	queries map[string]*pendingQuery
+	held    map[string]heldItem // by approval id
+
+	outbox *outbox
+	// ctx is Run's context: goroutines started on behalf of a message
+	// (query dispatch) live at most as long as Run. Set before any session
+	// can exist.
+	ctx context.Context
+	wg  sync.WaitGroup // goroutines started for messages and couriers
+}
+
+// New returns a gateway for cfg.Set; call Run to start it.
+func New(cfg Config) (*Gateway, error) {
+	if cfg.Set == nil || cfg.Store == nil {
+		return nil, errors.New("gateway: Config.Set and Config.Store are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = SystemClock{}
+	}
+	if cfg.QueryTimeout <= 0 {
+		cfg.QueryTimeout = DefaultQueryTimeout
+	}
+	if cfg.ApprovalTTL <= 0 {
+		cfg.ApprovalTTL = DefaultApprovalTTL
+	}
+	if cfg.ExpiryCheck <= 0 {
+		cfg.ExpiryCheck = DefaultExpiryCheck
+	}
+	g := &Gateway{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		audit:   StoreAuditor{Store: cfg.Store, Log: LogAuditor{Logger: cfg.Logger.Named("audit")}},
+		budgets: newBudgets(),
+		queries: map[string]*pendingQuery{},
+		held:    map[string]heldItem{},
+	}
+	g.set.Store(cfg.Set)
+	g.outbox = &outbox{g: g, couriers: map[string]*courier{}}
+	sc := cfg.Session
+	sc.OnMessage = g.onMessage
+	g.sv = NewSupervisor(SupervisorConfig{
+		Set: cfg.Set, Logger: cfg.Logger, Auditor: g.audit, Clock: cfg.Clock, Session: sc,
+		OnStarted: func(s *Session) {
+			g.mu.Lock()
+			g.budgets.started(s)
+			g.mu.Unlock()
+		},
+	})
+	return g, nil
+}
+
+// Supervisor returns the supervisor of the gateway's sessions, for
+// operator actions (prompts, states, restarts).
+func (g *Gateway) Supervisor() *Supervisor { return g.sv }
+
+// Run delivers what the store still holds from before, then routes until
+// ctx ends, when it stops every session and returns.
+func (g *Gateway) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	g.ctx = ctx
+	pending, err := g.cfg.Store.PendingDeliveries(ctx)
+	if err != nil {
+		return fmt.Errorf("load pending deliveries: %w", err)
+	}
+	if len(pending) > 0 {
+		g.log.Info("resuming deliveries from the state directory", "pending", len(pending))
+	}
+	for _, d := range pending {
+		g.outbox.enqueue(d)
+	}
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		g.expireLoop(ctx)
+	}()
+	err = g.sv.Run(ctx)
+	cancel()
+	g.wg.Wait()
+	return err
+}
+
+func (g *Gateway) now() time.Time { return g.cfg.Clock.Now() }
+
+// event fills in the time and records e.
+func (g *Gateway) event(e store.Event) {
+	if e.Time.IsZero() {
+		e.Time = g.now()
+	}
+	g.audit.Audit(e)
+}

@@ -1,0 +1,172 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/bcpgw/bcpgw/gateway/store"
+	"github.com/bcpgw/bcpgw/runtime"
+)
+
+// outbox hands committed deliveries to their Controllers: one courier per
+// Controller sends them one at a time, in the order they were accepted,
+// and moves on only when the runtime has answered result.
+type outbox struct {
+	g        *Gateway
+	mu       sync.Mutex
+	couriers map[string]*courier
+}
+
+// courier owns the delivery queue of one Controller.
+type courier struct {
+	controller string
+	mu         sync.Mutex
+	queue      []store.Delivery
+	wake       chan struct{} // capacity 1: something was queued
+}
+
+// enqueue adds a committed delivery to its Controller's queue, starting the
+// courier if needed. It never blocks: the store calls it from its writer.
+func (o *outbox) enqueue(d store.Delivery) {
+	o.mu.Lock()
+	c := o.couriers[d.Controller]
+	if c == nil {
+		c = &courier{controller: d.Controller, wake: make(chan struct{}, 1)}
+		o.couriers[d.Controller] = c
+		o.g.wg.Add(1)
+		go func() {
+			defer o.g.wg.Done()
+			o.g.courier(o.g.ctx, c)
+		}()
+	}
+	o.mu.Unlock()
+	c.mu.Lock()
+	c.queue = append(c.queue, d)
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// head returns the oldest undelivered item, waiting for one.
+func (c *courier) head(ctx context.Context) (store.Delivery, bool) {
+	for {
+		c.mu.Lock()
+		if len(c.queue) > 0 {
+			d := c.queue[0]
+			c.mu.Unlock()
+			return d, true
+		}
+		c.mu.Unlock()
+		select {
+		case <-c.wake:
+		case <-ctx.Done():
+			return store.Delivery{}, false
+		}
+	}
+}
+
+// pop removes the head once it is delivered or dropped.
+func (c *courier) pop() {
+	c.mu.Lock()
+	c.queue[0] = store.Delivery{}
+	c.queue = c.queue[1:]
+	c.mu.Unlock()
+}
+
+// courier delivers c's queue until ctx ends: it re-checks each delivery
+// against the current definitions, starts the Controller's session if
+// there is none, sends the delivery as a turn and waits for its result.
+// If the session dies first, the same delivery goes to the next session,
+// marked redelivered.
+func (g *Gateway) courier(ctx context.Context, c *courier) {
+	failures := 0
+	for {
+		d, ok := c.head(ctx)
+		if !ok {
+			return
+		}
+		if why := g.revoked(d.Controller, d.Reader, d.SubscriptionID, d.QueryID != ""); why != "" {
+			g.cfg.Store.FinishDelivery(d.ID, store.DeliveryDropped, why, g.now(), store.Event{
+				Time: g.now(), Kind: "dropped_revoked", Agent: d.Controller, Peer: d.Reader, Detail: why,
+				Category: int(d.Category), Bits: d.Bits,
+			})
+			g.log.Warn("delivery dropped", "delivery", d.ID, "reason", why)
+			c.pop()
+			continue
+		}
+		err := g.deliver(ctx, &d)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			c.mu.Lock()
+			c.queue[0].Attempts = d.Attempts
+			c.mu.Unlock()
+			if errors.Is(err, ErrSessionClosed) {
+				continue // the supervisor restarts it, with backoff, for this waiting delivery
+			}
+			g.log.Warn("delivery waiting: controller unavailable", "controller", d.Controller, "delivery", d.ID, "error", err)
+			if !g.sleep(ctx, Backoff(failures)) {
+				return
+			}
+			failures++
+			continue
+		}
+		failures = 0
+		g.cfg.Store.FinishDelivery(d.ID, store.DeliveryDelivered, "", g.now(), store.Event{
+			Time: g.now(), Kind: "delivery_acked", Agent: d.Controller, Peer: d.Reader,
+			Detail: fmt.Sprintf("%s acknowledged delivery %s", d.Controller, d.ID), Category: int(d.Category), Bits: d.Bits,
+		})
+		c.pop()
+	}
+}
+
+// deliver sends d to the Controller's session as a turn and waits for its
+// result. It counts the attempt in d.
+func (g *Gateway) deliver(ctx context.Context, d *store.Delivery) error {
+	sess, err := g.sv.Ensure(ctx, d.Controller)
+	if err != nil {
+		return err
+	}
+	msg := runtime.ResponseDelivery{
+		Type: runtime.TypeResponseDelivery, QueryID: d.QueryID, SubscriptionID: d.SubscriptionID,
+		Category: d.Category, FromAgent: d.Reader, Response: d.Response, BandwidthBits: d.Bits,
+		DeliveryID: d.ID, RequestID: d.RequestID, Anomalies: d.Anomalies, Redelivered: d.Attempts > 0,
+		Prompt: deliveryPrompt(*d),
+	}
+	done, err := sess.Turn(ctx, msg)
+	if err != nil {
+		return err
+	}
+	g.cfg.Store.MarkAttempted(d.ID)
+	d.Attempts++
+	kind := "delivery_sent"
+	if msg.Redelivered {
+		kind = "delivery_retried"
+	}
+	g.event(store.Event{Kind: kind, Agent: d.Controller, Peer: d.Reader, Ref: d.ID, Category: int(d.Category), Bits: d.Bits,
+		Detail: fmt.Sprintf("delivery %s to %s (attempt %d)", d.ID, d.Controller, d.Attempts)})
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// sleep waits d on the gateway's clock, or until ctx ends (false).
+func (g *Gateway) sleep(ctx context.Context, d time.Duration) bool {
+	t := g.cfg.Clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,223 @@
+package gateway
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/bcpgw/bcpgw/agents"
+	"github.com/bcpgw/bcpgw/bcp"
+	"github.com/bcpgw/bcpgw/gateway/store"
+	"github.com/bcpgw/bcpgw/runtime"
+)
+
+// onMessage routes the BCP messages a session let through its rights
+// check (the tool for the message type). It runs on the session's
+// goroutine, so it never waits: the answers that depend on a commit are
+// sent in order once it is durable (Session.ReplyLater).
+func (g *Gateway) onMessage(s *Session, env runtime.Envelope) {
+	switch env.Type {
+	case runtime.TypeResponse:
+		var r runtime.Response
+		if err := env.Decode(&r); err != nil {
+			s.refuse(bcp.ProtocolError, err.Error(), env.Raw)
+			return
+		}
+		if r.SubscriptionID != "" {
+			g.publish(s, env, r)
+		} else {
+			g.answer(s, env, r)
+		}
+	case runtime.TypeQueryRequest:
+		var q runtime.QueryRequest
+		if err := env.Decode(&q); err != nil {
+			s.refuse(bcp.ProtocolError, err.Error(), env.Raw)
+			return
+		}
+		g.query(s, env, q)
+	}
+}
+
+// admitted is an accepted push or answer on its way to the store.
+type admitted struct {
+	link   *agents.Link
+	sess   *Session // the Reader session it came from
+	spec   bcp.Spec
+	result bcp.Result
+	bits   float64
+	query  *pendingQuery // nil for a push
+	subID  string
+	detail string // the success detail the Reader hears
+}
+
+// publish handles a Reader's push (PROTOCOL.md section 5, Push).
+func (g *Gateway) publish(s *Session, env runtime.Envelope, r runtime.Response) {
+	reply := s.ReplyLater()
+	set := g.set.Load()
+	g.mu.Lock()
+	v := JudgePublish(set, Publish{Reader: s.Name(), Controller: r.Controller, SubscriptionID: r.SubscriptionID, Response: r.Response},
+		func(l *agents.Link) Remaining { return g.budgets.remaining(l, s) })
+	var link *agents.Link
+	if v.Accepted() {
+		link = set.Link(r.Controller, s.Name())
+		g.budgets.chargePush(link, s, v.Charged())
+	}
+	g.mu.Unlock()
+	if !v.Accepted() {
+		g.refused(s.Name(), r.Controller, v.Err, env.Raw, r.SubscriptionID)
+		reply.Send(runtime.ValidationResult{Type: runtime.TypeValidationResult, SubscriptionID: r.SubscriptionID, Detail: v.Detail()})
+		return
+	}
+	g.admit(reply, admitted{
+		link: link, sess: s, spec: v.Subscription.Spec, result: v.Result, bits: v.Charged(),
+		subID: r.SubscriptionID, detail: v.Detail(),
+	})
+}
+
+// answer handles a Reader's answer to a query (PROTOCOL.md section 5,
+// Pull). A refused answer leaves the query open, so the Reader can try
+// again until it times out.
+func (g *Gateway) answer(s *Session, env runtime.Envelope, r runtime.Response) {
+	reply := s.ReplyLater()
+	refuse := func(e *bcp.Error, controller string) {
+		g.refused(s.Name(), controller, e, env.Raw, r.QueryID)
+		reply.Send(runtime.ValidationResult{Type: runtime.TypeValidationResult, QueryID: r.QueryID, Detail: e.Error()})
+	}
+	g.mu.Lock()
+	q := g.queries[r.QueryID]
+	g.mu.Unlock()
+	// A query addressed to another Reader does not exist for this one.
+	if q == nil || q.reader != s.Name() {
+		refuse(bcp.Errorf(bcp.QueryNotFound, "No pending query '%s' for agent '%s'", r.QueryID, s.Name()), "")
+		return
+	}
+	set := g.set.Load()
+	link := set.Link(q.controller, q.reader)
+	if link == nil {
+		g.finishQuery(q)
+		refuse(bcp.Errorf(bcp.NoChannel, "The channel between '%s' and '%s' no longer exists", q.controller, q.reader), q.controller)
+		return
+	}
+	res, err := bcp.Validate(q.spec, r.Response)
+	if err != nil {
+		refuse(asBCPError(err), q.controller)
+		return
+	}
+	if !g.finishQuery(q) { // timed out meanwhile
+		refuse(bcp.Errorf(bcp.QueryNotFound, "No pending query '%s' for agent '%s': it timed out", r.QueryID, s.Name()), q.controller)
+		return
+	}
+	g.admit(reply, admitted{
+		link: link, sess: s, spec: q.spec, result: res, bits: q.bits, query: q,
+		detail: successDetail(q.controller, q.id, q.spec.Category, q.bits),
+	})
+}
+
+// admit stores an accepted push or answer: as a delivery, answering the
+// Reader once it is durable, or as an approval item, answering it once an
+// operator has decided.
+func (g *Gateway) admit(reply *PendingReply, a admitted) {
+	controller, reader := a.link.Controller.Name, a.link.Reader.Name
+	verdict := runtime.ValidationResult{Type: runtime.TypeValidationResult, SubscriptionID: a.subID}
+	requestID := ""
+	if a.query != nil {
+		verdict.QueryID, requestID = a.query.id, a.query.requestID
+	}
+	kind := "publish_accepted"
+	if a.query != nil {
+		kind = "answer_accepted"
+	}
+	ev := store.Event{Time: g.now(), Kind: kind, Agent: reader, Peer: controller, Detail: a.detail, Category: int(a.spec.Category), Bits: a.bits}
+	// undo gives back the charge of a push the store could not keep: it
+	// was never accepted. (A query's charge stays: the query was sent.)
+	undo := func(err error) {
+		if a.query == nil {
+			g.mu.Lock()
+			g.budgets.refundPush(a.link, a.sess, a.bits)
+			g.mu.Unlock()
+		}
+		g.log.Error("could not store accepted data; refusing it", "reader", reader, "controller", controller, "error", err)
+		verdict.Detail = bcp.Errorf(bcp.ControllerUnavailable, "The gateway could not store this for '%s' (%v); nothing was delivered", controller, err).Error()
+		reply.Send(verdict)
+	}
+	response, err := json.Marshal(a.result.Response)
+	if err != nil { // a normalized response holds JSON values only
+		undo(fmt.Errorf("encode the normalized response: %w", err))
+		return
+	}
+	if a.result.Route == bcp.RouteDeliver {
+		d := store.Delivery{
+			Controller: controller, Reader: reader, SubscriptionID: a.subID, RequestID: requestID,
+			Category: a.spec.Category, Response: response, Anomalies: a.result.Anomalies, Bits: a.bits, CreatedAt: g.now(),
+		}
+		if a.query != nil {
+			d.QueryID = a.query.id
+		}
+		g.cfg.Store.AddDeliveryThen(d, []store.Event{ev}, func(d store.Delivery, err error) {
+			if err != nil {
+				undo(err)
+				return
+			}
+			g.outbox.enqueue(d)
+			verdict.Success, verdict.Detail = true, a.detail
+			reply.Send(verdict)
+		})
+		return
+	}
+	item := store.Approval{
+		Controller: controller, Reader: reader, SubscriptionID: a.subID, RequestID: requestID,
+		Category: a.spec.Category, Directive: a.spec.Directive, Response: response, Anomalies: a.result.Anomalies,
+		Bits: a.bits, CreatedAt: g.now(), ExpiresAt: g.now().Add(g.cfg.ApprovalTTL),
+	}
+	if a.query != nil {
+		item.QueryID = a.query.id
+	}
+	ev.Kind = "approval_queued"
+	ev.Detail = fmt.Sprintf("Cat-%d %s from %s to %s held for operator review (%d anomalies)", a.spec.Category, itemSubject(item), reader, controller, len(item.Anomalies))
+	g.cfg.Store.AddApprovalThen(item, []store.Event{ev}, func(item store.Approval, err error) {
+		if err != nil {
+			undo(err)
+			return
+		}
+		g.mu.Lock()
+		g.held[item.ID] = heldItem{reader: a.sess, query: a.query}
+		g.mu.Unlock()
+		g.log.Info("approval item waiting for an operator", "id", item.ID, "from", reader, "to", controller, "what", itemSubject(item), "expires", item.ExpiresAt)
+		// The verdict comes when an operator decides; until then later
+		// answers to this Reader need not wait.
+		reply.Skip()
+	})
+}
+
+// refused audits a refusal, keeping the offending payload.
+func (g *Gateway) refused(agent, peer string, e *bcp.Error, payload []byte, ref string) {
+	g.event(store.Event{Kind: "refused", Agent: agent, Peer: peer, Code: string(e.Code), Detail: e.Error(), Ref: ref, Payload: truncatePayload(payload)})
+}
+
+// revoked says why data from reader to controller may no longer be
+// delivered under the current definitions, or "" if it may: the channel
+// must still exist and, for a push, the subscription too.
+func (g *Gateway) revoked(controller, reader, subscriptionID string, isAnswer bool) string {
+	set := g.set.Load()
+	switch {
+	case set.Link(controller, reader) == nil:
+		return fmt.Sprintf("the channel between '%s' and '%s' no longer exists", controller, reader)
+	case !isAnswer && set.Subscription(controller, reader, subscriptionID) == nil:
+		return fmt.Sprintf("subscription '%s' of '%s' no longer exists", subscriptionID, controller)
+	}
+	return ""
+}
+
+// asBCPError returns err as a *bcp.Error; validation only returns those.
+func asBCPError(err error) *bcp.Error {
+	if e, ok := err.(*bcp.Error); ok {
+		return e
+	}
+	return &bcp.Error{Code: bcp.ValidationFailed, Detail: err.Error()}
+}
+
+func itemSubject(a store.Approval) string {
+	if a.QueryID != "" {
+		return "answer to query " + a.QueryID
+	}
+	return "push on " + a.SubscriptionID
+}

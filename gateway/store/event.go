@@ -1,0 +1,89 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+)
+
+// Event is one audit record (PROTOCOL.md section 7): a message accepted
+// or refused, bits charged, a delivery sent or dropped, a decision, a
+// session starting or ending. Seq orders them and is the cursor operators
+// read with.
+type Event struct {
+	Seq      int64
+	Time     time.Time
+	Kind     string // e.g. publish_accepted, refused, delivery_sent, session_started
+	Agent    string // the agent the event is about (the sender, for messages)
+	Peer     string // the other end of the channel, if any
+	Code     string // the error code of a refusal (bcp.Code), else empty
+	Detail   string
+	Category int     // the category of the data involved, if any
+	Bits     float64 // bits charged or delivered, if any
+	Ref      string  // the delivery, approval or query the event is about
+	// Payload is the offending input of a refusal, truncated, kept for
+	// forensics.
+	Payload []byte
+}
+
+// MaxPayload bounds Event.Payload.
+const MaxPayload = 1024
+
+func insertEvents(tx *sql.Tx, events []Event) error {
+	for _, e := range events {
+		payload := e.Payload
+		if len(payload) > MaxPayload {
+			payload = payload[:MaxPayload]
+		}
+		if _, err := tx.Exec(`INSERT INTO events (time, kind, agent, peer, code, detail, category, bits, ref, payload)
+			VALUES (?,?,?,?,?,?,?,?,?,?)`, millis(e.Time), e.Kind, e.Agent, e.Peer, e.Code, e.Detail,
+			e.Category, e.Bits, e.Ref, payload); err != nil {
+			return fmt.Errorf("insert event: %w", err)
+		}
+	}
+	return nil
+}
+
+// withRef fills in ref on the events that have none.
+func withRef(events []Event, ref string) []Event {
+	for i := range events {
+		if events[i].Ref == "" {
+			events[i].Ref = ref
+		}
+	}
+	return events
+}
+
+// Append queues events for the next group commit without waiting. Use it
+// for events that accompany nothing else; events that go with a delivery
+// or a decision are written in the same transaction as it.
+func (s *Store) Append(events ...Event) {
+	s.writeAsync(func(tx *sql.Tx) error { return insertEvents(tx, events) })
+}
+
+// AppendSync stores events and waits until they are durable.
+func (s *Store) AppendSync(ctx context.Context, events ...Event) error {
+	return s.write(ctx, func(tx *sql.Tx) error { return insertEvents(tx, events) })
+}
+
+// Events returns up to limit events with Seq > since, oldest first.
+func (s *Store) Events(ctx context.Context, since int64, limit int) ([]Event, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT seq, time, kind, agent, peer, code, detail, category, bits, ref, payload
+		FROM events WHERE seq > ? ORDER BY seq LIMIT ?`, since, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read events: %w", err)
+	}
+	defer rows.Close()
+	var out []Event
+	for rows.Next() {
+		var e Event
+		var t int64
+		if err := rows.Scan(&e.Seq, &t, &e.Kind, &e.Agent, &e.Peer, &e.Code, &e.Detail, &e.Category, &e.Bits, &e.Ref, &e.Payload); err != nil {
+			return nil, fmt.Errorf("read events: %w", err)
+		}
+		e.Time = fromMillis(t)
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}

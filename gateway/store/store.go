@@ -1,0 +1,289 @@
+// Package store keeps the gateway's durable state in one SQLite file:
+// the delivery outbox, the approval queue and the audit events.
+//
+// Accepted means durable. A Reader hears success only after the row that
+// carries its data is committed, and every commit is made with WAL and
+// synchronous=FULL, so it survives a power loss, not only a crash of the
+// gateway. One goroutine owns the write connection and commits whatever
+// has queued up while the previous commit was syncing in one transaction
+// (group commit): under load, many publishes share one fsync, so
+// durability costs latency, not throughput. Reads use a separate pool and
+// never wait for writes.
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// maxBatch bounds how many writes share one transaction.
+const maxBatch = 512
+
+// ErrClosed is returned by writes submitted after Close.
+var ErrClosed = errors.New("store closed")
+
+// Store is the gateway's state file. Its methods are safe for concurrent
+// use.
+type Store struct {
+	path string
+	wdb  *sql.DB // one connection, owned by the writer goroutine
+	rdb  *sql.DB // readers
+
+	mu     sync.RWMutex // held for reading while submitting; Close takes it
+	closed bool
+	ops    chan op
+	done   chan struct{} // closed when the writer has exited
+}
+
+// op is one write. The writer runs fn inside the batch's transaction, in a
+// savepoint of its own so that one failing write does not undo the others,
+// and calls done with the outcome once the batch is durable (nil for a
+// write nobody waits for). done runs on the writer goroutine: it must not
+// block.
+type op struct {
+	fn   func(*sql.Tx) error
+	done func(error)
+}
+
+// Open opens or creates the state file at path (mode 0600), applies the
+// migrations it lacks, and starts the writer.
+func Open(path string) (*Store, error) {
+	// Create the file ourselves so that its mode is 0600 from the start.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open state: %w", err)
+	}
+	f.Close()
+	dsn := func(extra string) string {
+		return "file:" + filepath.ToSlash(path) + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=foreign_keys(ON)" + extra
+	}
+	wdb, err := sql.Open("sqlite", dsn("&_txlock=immediate"))
+	if err != nil {
+		return nil, fmt.Errorf("open state %s: %w", path, err)
+	}
+	wdb.SetMaxOpenConns(1)
+	wdb.SetMaxIdleConns(1)
+	wdb.SetConnMaxLifetime(0)
+	if err := migrate(wdb); err != nil {
+		wdb.Close()
+		return nil, fmt.Errorf("state %s: %w", path, err)
+	}
+	rdb, err := sql.Open("sqlite", dsn("&_pragma=query_only(ON)"))
+	if err != nil {
+		wdb.Close()
+		return nil, fmt.Errorf("open state %s: %w", path, err)
+	}
+	rdb.SetMaxOpenConns(4)
+	s := &Store{path: path, wdb: wdb, rdb: rdb, ops: make(chan op, 4*maxBatch), done: make(chan struct{})}
+	go s.writer()
+	return s, nil
+}
+
+// migrate applies the embedded migrations newer than the file's
+// user_version, all in one transaction.
+func migrate(db *sql.DB) error {
+	var version int
+	if err := db.QueryRow("PRAGMA user_version").Scan(&version); err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	names, err := fs.Glob(migrations, "migrations/*.sql")
+	if err != nil {
+		return err
+	}
+	sort.Strings(names)
+	latest := 0
+	tx, err := db.Begin()
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	for _, name := range names {
+		n, err := strconv.Atoi(strings.SplitN(filepath.Base(name), "_", 2)[0])
+		if err != nil {
+			return fmt.Errorf("migration %s: name must start with its number", name)
+		}
+		latest = max(latest, n)
+		if n <= version {
+			continue
+		}
+		body, err := migrations.ReadFile(name)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(string(body)); err != nil {
+			return fmt.Errorf("migration %s: %w", name, err)
+		}
+	}
+	if version > latest {
+		return fmt.Errorf("schema version %d is newer than this bcpgw knows (%d): use a newer bcpgw", version, latest)
+	}
+	if _, err := tx.Exec(fmt.Sprintf("PRAGMA user_version = %d", latest)); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// Path is the state file's path.
+func (s *Store) Path() string { return s.path }
+
+// Close waits for every submitted write to be committed, then closes the
+// file. Safe to call more than once.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		<-s.done
+		return nil
+	}
+	s.closed = true
+	close(s.ops)
+	s.mu.Unlock()
+	<-s.done
+	return errors.Join(s.wdb.Close(), s.rdb.Close())
+}
+
+// submit queues a write. It blocks only while the queue is full.
+func (s *Store) submit(o op) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	s.ops <- o
+	return nil
+}
+
+// write runs fn in the next group commit and waits until it is durable.
+func (s *Store) write(ctx context.Context, fn func(*sql.Tx) error) error {
+	done := make(chan error, 1)
+	if err := s.submit(op{fn: fn, done: func(err error) { done <- err }}); err != nil {
+		return err
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		// The write still happens; the caller just stops waiting.
+		return ctx.Err()
+	}
+}
+
+// writeThen queues fn and calls then with the outcome once it is durable,
+// on the writer goroutine: then must not block. If the store is closed,
+// then runs at once with ErrClosed.
+func (s *Store) writeThen(fn func(*sql.Tx) error, then func(error)) {
+	if err := s.submit(op{fn: fn, done: then}); err != nil {
+		then(err)
+	}
+}
+
+// writeAsync queues fn without waiting for it; a failure is lost, so it
+// is only for records whose loss the design tolerates (see callers).
+func (s *Store) writeAsync(fn func(*sql.Tx) error) {
+	_ = s.submit(op{fn: fn})
+}
+
+// writer owns the write connection: it commits the queued writes in
+// batches until Close.
+func (s *Store) writer() {
+	defer close(s.done)
+	batch := make([]op, 0, maxBatch)
+	for first := range s.ops {
+		batch = append(batch[:0], first)
+	drain:
+		for len(batch) < maxBatch {
+			select {
+			case o, ok := <-s.ops:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, o)
+			default:
+				break drain
+			}
+		}
+		s.commit(batch)
+	}
+}
+
+// commit runs one batch in one transaction and reports to each waiter.
+func (s *Store) commit(batch []op) {
+	errs := make([]error, len(batch))
+	err := func() error {
+		tx, err := s.wdb.Begin()
+		if err != nil {
+			return err
+		}
+		for i, o := range batch {
+			errs[i] = savepoint(tx, o.fn)
+		}
+		return tx.Commit()
+	}()
+	for i, o := range batch {
+		if o.done == nil {
+			continue
+		}
+		if err != nil {
+			o.done(fmt.Errorf("commit: %w", err))
+		} else {
+			o.done(errs[i])
+		}
+	}
+}
+
+// savepoint runs fn so that its failure undoes only its own changes.
+func savepoint(tx *sql.Tx, fn func(*sql.Tx) error) error {
+	if _, err := tx.Exec("SAVEPOINT op"); err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		_, _ = tx.Exec("ROLLBACK TO op")
+		_, _ = tx.Exec("RELEASE op")
+		return err
+	}
+	_, err := tx.Exec("RELEASE op")
+	return err
+}
+
+// NewID returns a fresh random identifier: prefix, then n base32
+// characters (5 bits each) from crypto/rand.
+func NewID(prefix string, n int) string {
+	const alphabet = "abcdefghijkmnpqrstuvwxyz23456789" // no l, o, 0, 1
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	for i := range b {
+		b[i] = alphabet[b[i]&31]
+	}
+	return prefix + string(b)
+}
+
+func millis(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func fromMillis(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms).UTC()
+}

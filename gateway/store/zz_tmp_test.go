@@ -1,0 +1,5 @@
+package store
+
+import "errors"
+
+var errNotADecision = errors.New("tmp")
