@@ -5,7 +5,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"sort"
 	"strings"
 	"syscall"
@@ -25,8 +27,26 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv(fakeRuntimeEnv); mode != "" {
 		os.Exit(fakeRuntime(mode))
 	}
-	os.Exit(m.Run())
+	dir, err := os.MkdirTemp("", "bcpgw-gateway-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	testrtPath = filepath.Join(dir, "testrt")
+	build := exec.Command("go", "build", "-o", testrtPath, "github.com/bcpgw/bcpgw/internal/testrt")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build testrt:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
+
+// testrtPath is the scriptable runtime (internal/testrt) built for the
+// gateway's end-to-end tests.
+var testrtPath string
 
 func fakeRuntime(mode string) int {
 	out := bufio.NewWriter(os.Stdout)

@@ -256,8 +256,17 @@ func (s *Session) handleLine(l *loop, ev lineEvent) {
 	case runtime.TypeLog, runtime.TypeError, runtime.TypeText, runtime.TypeToolUse, runtime.TypeToolResult, runtime.TypeInterrupted:
 		s.auditOnly(env)
 	case runtime.TypeQueryRequest:
+		var q runtime.QueryRequest
+		if err := env.Decode(&q); err != nil {
+			s.refuse(bcp.ProtocolError, err.Error(), env.Raw)
+			return
+		}
 		if !s.cfg.Def.HasTool(agents.ToolQuery) {
-			s.refuse(bcp.ToolNotAllowed, fmt.Sprintf("Agent '%s' does not have the %s tool", s.name, agents.ToolQuery), env.Raw)
+			// Answered the way a refused query is, so the runtime's
+			// waiting call ends; and audited.
+			detail := fmt.Sprintf("Agent '%s' does not have the %s tool", s.name, agents.ToolQuery)
+			s.audit("refused", bcp.ToolNotAllowed, detail, env.Raw)
+			s.Reply(runtime.QueryError{Type: runtime.TypeQueryError, RequestID: q.RequestID, ToAgent: q.To, Reason: string(bcp.ToolNotAllowed) + ": " + detail})
 			return
 		}
 		s.route(env)
@@ -276,7 +285,10 @@ func (s *Session) handleLine(l *loop, ev lineEvent) {
 			tool = agents.ToolPublish
 		}
 		if !s.cfg.Def.HasTool(tool) {
-			s.refuse(bcp.ToolNotAllowed, fmt.Sprintf("Agent '%s' does not have the %s tool", s.name, tool), env.Raw)
+			detail := fmt.Sprintf("Agent '%s' does not have the %s tool", s.name, tool)
+			s.audit("refused", bcp.ToolNotAllowed, detail, env.Raw)
+			s.Reply(runtime.ValidationResult{Type: runtime.TypeValidationResult, QueryID: r.QueryID, SubscriptionID: r.SubscriptionID,
+				Detail: string(bcp.ToolNotAllowed) + ": " + detail})
 			return
 		}
 		s.route(env)

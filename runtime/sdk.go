@@ -31,6 +31,17 @@ type Handler struct {
 	// whose delivery_id was already seen is acknowledged without calling
 	// Delivery again.
 	Delivery func(ctx context.Context, c *Client, d ResponseDelivery) error
+	// QueryFailed, if set, receives a bcp_query_error that arrives after
+	// the query was sent (query_timeout; an answer an operator rejected).
+	// It runs on the SDK's reading goroutine and must not block.
+	QueryFailed func(c *Client, e QueryError)
+	// Applied, if set, reports whether a delivery id was already applied
+	// by an earlier process of this runtime. The SDK remembers the ids of
+	// its own process; a runtime that keeps state across restarts (the
+	// gateway redelivers after a crash of either side) records the ids it
+	// applied with that state and answers here, so each delivery is
+	// applied exactly once.
+	Applied func(deliveryID string) bool
 }
 
 // ErrClosed is returned by Client calls made after the session ended.
@@ -299,8 +310,8 @@ func Run(ctx context.Context, in io.Reader, out io.Writer, h Handler) error {
 				}
 			case TypeQueryError:
 				var m QueryError
-				if env.Decode(&m) == nil {
-					c.answer(m.RequestID, m)
+				if env.Decode(&m) == nil && !c.answer(m.RequestID, m) && h.QueryFailed != nil {
+					h.QueryFailed(c, m)
 				}
 			case TypeInterrupt:
 				imu.Lock()
@@ -411,7 +422,7 @@ func runTurn(ctx context.Context, c *Client, h Handler, env Envelope, seen *seen
 		if err := env.Decode(&m); err != nil {
 			return true, err
 		}
-		if m.DeliveryID != "" && !seen.add(m.DeliveryID) {
+		if m.DeliveryID != "" && (!seen.add(m.DeliveryID) || (h.Applied != nil && h.Applied(m.DeliveryID))) {
 			return true, nil // a redelivery of one already handled
 		}
 		if h.Delivery == nil {

@@ -32,6 +32,8 @@ var (
 	ErrDecided      = errors.New("already decided")
 	ErrHashMismatch = errors.New("content hash does not match the item")
 	ErrExpired      = errors.New("expired")
+
+	errNotADecision = errors.New("not a decision")
 )
 
 // Approval is an item in the operator's queue: the exact normalized
@@ -92,6 +94,7 @@ func addApproval(stored *Approval, events []Event) func(*sql.Tx) error {
 	if stored.ID == "" {
 		stored.ID = NewID("ap-", 8)
 	}
+	events = withRef(events, stored.ID)
 	return func(tx *sql.Tx) error {
 		anomalies, err := json.Marshal(nonNilAnomalies(stored.Anomalies))
 		if err != nil {
@@ -108,7 +111,7 @@ func addApproval(stored *Approval, events []Event) func(*sql.Tx) error {
 		if stored.Seq, err = res.LastInsertId(); err != nil {
 			return err
 		}
-		return insertEvents(tx, withRef(events, stored.ID))
+		return insertEvents(tx, events)
 	}
 }
 
@@ -133,6 +136,11 @@ type Decision struct {
 // (ErrExpired: the item is then marked expired in the same commit, and
 // the returned approval says so).
 func (s *Store) Decide(ctx context.Context, d Decision) (*Approval, *Delivery, error) {
+	switch d.Status {
+	case ApprovalApproved, ApprovalRejected, ApprovalExpired, ApprovalDropped:
+	default:
+		return nil, nil, fmt.Errorf("approval %s: status %q: %w", d.ID, d.Status, errNotADecision)
+	}
 	var a *Approval
 	var dl *Delivery
 	var expired bool

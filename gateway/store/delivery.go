@@ -86,11 +86,15 @@ func (s *Store) AddDeliveryThen(d Delivery, events []Event, then func(Delivery, 
 }
 
 func addDelivery(d *Delivery, events []Event) func(*sql.Tx) error {
+	if d.ID == "" {
+		d.ID = NewID("dl-", 16)
+	}
+	events = withRef(events, d.ID)
 	return func(tx *sql.Tx) error {
 		if err := insertDelivery(tx, d); err != nil {
 			return err
 		}
-		return insertEvents(tx, withRef(events, d.ID))
+		return insertEvents(tx, events)
 	}
 }
 
@@ -110,6 +114,7 @@ func (s *Store) MarkAttempted(id string) {
 // It does not wait for the commit: if it is lost, the delivery is sent
 // again after a restart and the runtime drops it by its delivery_id.
 func (s *Store) FinishDelivery(id string, state DeliveryState, detail string, at time.Time, events ...Event) {
+	events = withRef(events, id)
 	s.writeAsync(func(tx *sql.Tx) error {
 		res, err := tx.Exec(`UPDATE deliveries SET state = ?, done_at = ?, done_detail = ? WHERE id = ? AND state = 'pending'`,
 			string(state), millis(at), detail, id)
@@ -119,7 +124,7 @@ func (s *Store) FinishDelivery(id string, state DeliveryState, detail string, at
 		if n, _ := res.RowsAffected(); n == 0 {
 			return nil
 		}
-		return insertEvents(tx, withRef(events, id))
+		return insertEvents(tx, events)
 	})
 }
 

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
@@ -45,20 +46,27 @@ func insertEvents(tx *sql.Tx, events []Event) error {
 	return nil
 }
 
-// withRef fills in ref on the events that have none.
+// withRef returns a copy of events with ref filled in on those that have
+// none. Writes run on the writer goroutine, maybe after their caller has
+// returned, so they get their own copy, payloads (truncated) included:
+// the caller may reuse its slice and buffers at once.
 func withRef(events []Event, ref string) []Event {
-	for i := range events {
-		if events[i].Ref == "" {
-			events[i].Ref = ref
+	out := make([]Event, len(events))
+	for i, e := range events {
+		if e.Ref == "" {
+			e.Ref = ref
 		}
+		e.Payload = bytes.Clone(e.Payload[:min(len(e.Payload), MaxPayload)])
+		out[i] = e
 	}
-	return events
+	return out
 }
 
 // Append queues events for the next group commit without waiting. Use it
 // for events that accompany nothing else; events that go with a delivery
 // or a decision are written in the same transaction as it.
 func (s *Store) Append(events ...Event) {
+	events = withRef(events, "")
 	s.writeAsync(func(tx *sql.Tx) error { return insertEvents(tx, events) })
 }
 

@@ -25,6 +25,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
@@ -71,8 +72,10 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("open state: %w", err)
 	}
 	f.Close()
+	// The path goes into a file: URI, where ?, # and % are not literal.
+	uriPath := strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23").Replace(filepath.ToSlash(path))
 	dsn := func(extra string) string {
-		return "file:" + filepath.ToSlash(path) + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=foreign_keys(ON)" + extra
+		return "file:" + uriPath + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=foreign_keys(ON)" + extra
 	}
 	wdb, err := sql.Open("sqlite", dsn("&_txlock=immediate"))
 	if err != nil {
@@ -171,17 +174,34 @@ func (s *Store) submit(o op) error {
 }
 
 // write runs fn in the next group commit and waits until it is durable.
+// An error means fn's changes were not stored: if ctx ends before the
+// writer has reached fn, fn is skipped and write returns ctx.Err() at
+// once; if fn has started, write waits for the outcome of its commit.
+// (fn never runs after write has returned, so it may set the caller's
+// variables.)
 func (s *Store) write(ctx context.Context, fn func(*sql.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var claimed atomic.Bool // by the writer running fn, or by the caller giving up
 	done := make(chan error, 1)
-	if err := s.submit(op{fn: fn, done: func(err error) { done <- err }}); err != nil {
+	run := func(tx *sql.Tx) error {
+		if !claimed.CompareAndSwap(false, true) {
+			return context.Canceled // nobody waits for it any more
+		}
+		return fn(tx)
+	}
+	if err := s.submit(op{fn: run, done: func(err error) { done <- err }}); err != nil {
 		return err
 	}
 	select {
 	case err := <-done:
 		return err
 	case <-ctx.Done():
-		// The write still happens; the caller just stops waiting.
-		return ctx.Err()
+		if claimed.CompareAndSwap(false, true) {
+			return ctx.Err() // fn will not run
+		}
+		return <-done // fn ran or is running: its commit decides
 	}
 }
 

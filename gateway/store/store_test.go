@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -321,8 +322,15 @@ func TestOpenPathWithURICharacters(t *testing.T) {
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}
+			head, err := os.ReadFile(path)
+			if err != nil || !bytes.HasPrefix(head, []byte("SQLite format 3\x00")) {
+				t.Fatalf("%q is not a database: %v", path, err)
+			}
+			// A plain file name given to the driver is cut at '?', so name
+			// the file with a URI that escapes it independently of Open.
+			uri := (&url.URL{Scheme: "file", Path: filepath.ToSlash(path)}).String()
 			var n int
-			if err := rawDB(t, path).QueryRow("SELECT count(*) FROM deliveries").Scan(&n); err != nil {
+			if err := rawDB(t, uri).QueryRow("SELECT count(*) FROM deliveries").Scan(&n); err != nil {
 				t.Fatalf("the file at %q: %v", path, err)
 			}
 			if n != 1 {
@@ -681,6 +689,105 @@ func TestFailingWriteDoesNotUndoItsBatch(t *testing.T) {
 			t.Errorf("events %v, want %v", gotKinds, wantKinds)
 		}
 	})
+}
+
+func TestAddDeliveryThen(t *testing.T) {
+	const n = 50
+	s := newStore(t)
+	type outcome struct {
+		d   Delivery
+		err error
+	}
+	outcomes := make(chan outcome, n) // then must not block
+	events := []Event{{Kind: "publish_accepted"}}
+	for i := range n {
+		d := *sampleDelivery(i)
+		if i == 30 {
+			d.ID = "dl-dup"
+		}
+		if i == 31 {
+			d.ID = "dl-dup" // fails, alone
+		}
+		s.AddDeliveryThen(d, events, func(d Delivery, err error) { outcomes <- outcome{d, err} })
+	}
+	if events[0].Ref != "" {
+		t.Errorf("AddDeliveryThen changed the caller's events: %+v", events)
+	}
+	var prev int64
+	for i := range n {
+		o := <-outcomes
+		if o.d.Reader != fmt.Sprintf("reader-%d", i) {
+			t.Fatalf("outcome %d is for %s: not reported in order", i, o.d.Reader)
+		}
+		if i == 31 {
+			if o.err == nil || !strings.Contains(o.err.Error(), "UNIQUE") {
+				t.Errorf("duplicate ID: %v, want a UNIQUE constraint failure", o.err)
+			}
+			continue
+		}
+		if o.err != nil {
+			t.Fatalf("delivery %d: %v", i, o.err)
+		}
+		if o.d.Seq <= prev || o.d.State != DeliveryPending || o.d.ID == "" {
+			t.Errorf("delivery %d reported as %+v", i, o.d)
+		}
+		prev = o.d.Seq
+		// Reported once durable: it is there to read already.
+		if got := mustDelivery(t, s, o.d.ID); got.Seq != o.d.Seq {
+			t.Errorf("stored %+v, reported %+v", got, o.d)
+		}
+		if evs := eventsFor(t, s, o.d.ID); len(evs) != 1 {
+			t.Errorf("%d events for %s, want 1", len(evs), o.d.ID)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var closedErr error
+	s.AddDeliveryThen(*sampleDelivery(0), nil, func(_ Delivery, err error) { closedErr = err })
+	if !errors.Is(closedErr, ErrClosed) { // then ran at once, on this goroutine
+		t.Errorf("after Close: %v, want ErrClosed", closedErr)
+	}
+	s = openT(t, s.Path())
+	if got := len(mustDeliveries(t, s)); got != n-1 {
+		t.Errorf("%d deliveries, want %d", got, n-1)
+	}
+}
+
+func TestAddApprovalThen(t *testing.T) {
+	s := newStore(t)
+	reported := make(chan Approval, 3)
+	for i := range 3 {
+		a := *sampleApproval(t0)
+		a.Reader = fmt.Sprintf("reader-%d", i)
+		s.AddApprovalThen(a, []Event{{Kind: "publish_review"}}, func(a Approval, err error) {
+			if err != nil {
+				t.Errorf("AddApprovalThen: %v", err)
+			}
+			reported <- a
+		})
+	}
+	for i := range 3 {
+		a := <-reported
+		if a.Reader != fmt.Sprintf("reader-%d", i) || a.Status != ApprovalPending || a.SHA256 != ContentHash(a.Response) || a.Seq == 0 {
+			t.Errorf("reported %+v", a)
+		}
+		checkID(t, a.ID, "ap-", 8)
+		if got := mustApproval(t, s, a.ID); got.Seq != a.Seq {
+			t.Errorf("stored %+v, reported %+v", got, a)
+		}
+		if evs := eventsFor(t, s, a.ID); len(evs) != 1 {
+			t.Errorf("%d events for %s, want 1", len(evs), a.ID)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var closedErr error
+	s.AddApprovalThen(*sampleApproval(t0), nil, func(_ Approval, err error) { closedErr = err })
+	if !errors.Is(closedErr, ErrClosed) {
+		t.Errorf("after Close: %v, want ErrClosed", closedErr)
+	}
 }
 
 func sampleApproval(now time.Time) *Approval {
@@ -1357,6 +1464,30 @@ func TestWriteWithEndedContext(t *testing.T) {
 			}
 		} else if stored.Status != ApprovalApproved || r.dl == nil || len(ds) != n+1 {
 			t.Errorf("Decide succeeded, yet the item is %q and there are %d deliveries", stored.Status, len(ds))
+		}
+	})
+	t.Run("cancelled while the write runs", func(t *testing.T) {
+		s := newStore(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		started, hold := make(chan struct{}), make(chan struct{})
+		errc := make(chan error, 1)
+		go func() {
+			errc <- s.write(ctx, func(tx *sql.Tx) error {
+				close(started)
+				<-hold
+				return insertEvents(tx, []Event{{Kind: "ran"}})
+			})
+		}()
+		<-started
+		cancel()
+		close(hold)
+		// The write had started, so it is committed, and the caller hears
+		// so rather than the context's error.
+		if err := <-errc; err != nil {
+			t.Errorf("write: %v, want nil", err)
+		}
+		if got := kinds(allEvents(t, s)); !reflect.DeepEqual(got, []string{"ran"}) {
+			t.Errorf("events %q", got)
 		}
 	})
 	t.Run("cancelled already", func(t *testing.T) {

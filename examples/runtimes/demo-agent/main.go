@@ -40,8 +40,10 @@ func main() {
 	runtime.Main(h)
 }
 
-// readerHandler publishes to each announced subscription in turn, every
-// interval, until the session ends.
+// readerHandler publishes to each announced subscription every interval,
+// until the session ends. Each subscription has its own publisher, which
+// waits for the gateway's verdict before the next publish: a Cat-3 digest
+// waits for an operator's decision without holding up the others.
 func readerHandler(logger *log.Logger, interval time.Duration) runtime.Handler {
 	return runtime.Handler{
 		Start: func(_ context.Context, c *runtime.Client) error {
@@ -50,8 +52,10 @@ func readerHandler(logger *log.Logger, interval time.Duration) runtime.Handler {
 		},
 		Subscriptions: func(ctx context.Context, c *runtime.Client, subs []runtime.ActiveSubscription) {
 			logger.Printf("[INFO] %d subscription(s) announced", len(subs))
-			// The publisher lives as long as the session: ctx ends with it.
-			go publishLoop(ctx, logger, c, subs, interval)
+			// The publishers live as long as the session: ctx ends with it.
+			for i, s := range subs {
+				go publishLoop(ctx, logger, c, s, interval, time.Duration(i)*interval/time.Duration(len(subs)))
+			}
 		},
 		Prompt: func(_ context.Context, _ *runtime.Client, p runtime.Prompt) error {
 			logger.Printf("[INFO] prompt: %s", p.Content)
@@ -68,9 +72,13 @@ func readerHandler(logger *log.Logger, interval time.Duration) runtime.Handler {
 	}
 }
 
-func publishLoop(ctx context.Context, logger *log.Logger, c *runtime.Client, subs []runtime.ActiveSubscription, interval time.Duration) {
-	if len(subs) == 0 {
+// publishLoop publishes to s every interval, after an initial offset that
+// spreads the subscriptions over the interval.
+func publishLoop(ctx context.Context, logger *log.Logger, c *runtime.Client, s runtime.ActiveSubscription, interval, offset time.Duration) {
+	select {
+	case <-ctx.Done():
 		return
+	case <-time.After(offset):
 	}
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
@@ -80,7 +88,9 @@ func publishLoop(ctx context.Context, logger *log.Logger, c *runtime.Client, sub
 			return
 		case <-tick.C:
 		}
-		s := subs[n%len(subs)]
+		if s.Category == bcp.Cat3 {
+			logger.Printf("[INFO] publishing %s; it waits for an operator's decision", s.SubscriptionID)
+		}
 		r, err := c.Publish(ctx, s.SubscriptionID, s.Controller, sample(s.Category, s.Fields, s.Questions, n))
 		switch {
 		case err != nil:

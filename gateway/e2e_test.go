@@ -1,0 +1,304 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/bcpgw/bcpgw/agents"
+	"github.com/bcpgw/bcpgw/gateway/store"
+)
+
+// The end-to-end tests run a whole Gateway on a real SQLite file with
+// real runtime subprocesses: internal/testrt, scripted through the
+// TESTRT_* variables of each agent (see its doc).
+
+// rec is one line of a testrt log.
+type rec struct {
+	Event          string          `json:"event"`
+	Pid            int             `json:"pid"`
+	Index          int             `json:"index"`
+	SubscriptionID string          `json:"subscription_id"`
+	QueryID        string          `json:"query_id"`
+	RequestID      string          `json:"request_id"`
+	DeliveryID     string          `json:"delivery_id"`
+	Redelivered    bool            `json:"redelivered"`
+	Success        bool            `json:"success"`
+	Detail         string          `json:"detail"`
+	Category       int             `json:"category"`
+	Bits           float64         `json:"bits"`
+	Response       json.RawMessage `json:"response"`
+	Prompt         string          `json:"prompt"`
+	Anomalies      int             `json:"anomalies"`
+}
+
+// agentSpec is one agent of a test: its frontmatter after name and
+// runtime, and its TESTRT_* settings.
+type agentSpec struct {
+	name  string
+	front string            // YAML lines after name/runtime/env
+	env   map[string]string // TESTRT_* settings (without the prefix)
+}
+
+type e2e struct {
+	t     *testing.T
+	dir   string
+	gw    *Gateway
+	store *store.Store
+	logs  *syncBuffer
+	stop  func()
+}
+
+// testrtVars are the TESTRT_* variables every agent's env names.
+var testrtVars = []string{"LOG", "PUBLISH", "ANSWERS", "SILENT", "QUERIES", "CRASH_AT"}
+
+// startE2E writes the agents' definitions, loads them as a set, and runs a
+// Gateway on them with a store in a temp dir. The gateway stops at the
+// end of the test. tune, if set, adjusts the config.
+func startE2E(t *testing.T, specs []agentSpec, tune func(*Config)) *e2e {
+	t.Helper()
+	dir := t.TempDir()
+	vars := map[string]string{"PATH": os.Getenv("PATH"), "HOME": dir}
+	for _, a := range specs {
+		var b strings.Builder
+		fmt.Fprintf(&b, "---\nname: %s\nruntime: [%q]\nenv:\n", a.name, testrtPath)
+		for _, v := range testrtVars {
+			key := a.name + "_" + v
+			fmt.Fprintf(&b, "  TESTRT_%s: ${%s}\n", v, key)
+			vars[key] = a.env[v]
+		}
+		vars[a.name+"_LOG"] = filepath.Join(dir, a.name+".log")
+		b.WriteString(a.front)
+		b.WriteString("\n---\nYou are " + a.name + ".\n")
+		if err := os.WriteFile(filepath.Join(dir, a.name+".md"), []byte(b.String()), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set, err := agents.LoadDir(dir)
+	if err != nil {
+		t.Fatalf("definitions: %v", err)
+	}
+	st, err := store.Open(filepath.Join(dir, "bcpgw.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	cfg := Config{
+		Set: set, Store: st,
+		Logger:      hclog.New(&hclog.LoggerOptions{Name: "gw", Output: logs, Level: hclog.Debug}),
+		ExpiryCheck: 20 * time.Millisecond,
+		Session: SessionConfig{
+			Grace:     2 * time.Second,
+			LookupEnv: func(k string) (string, bool) { v, ok := vars[k]; return v, ok },
+		},
+	}
+	if tune != nil {
+		tune(&cfg)
+	}
+	gw, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- gw.Run(ctx) }()
+	e := &e2e{t: t, dir: dir, gw: gw, store: st, logs: logs}
+	stopped := false
+	e.stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("gateway Run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("gateway did not stop")
+		}
+		if err := st.Close(); err != nil {
+			t.Errorf("close store: %v", err)
+		}
+	}
+	t.Cleanup(func() {
+		e.stop()
+		if t.Failed() {
+			t.Logf("gateway log:\n%s", logs)
+		}
+	})
+	return e
+}
+
+// log returns the records agent's runtime has written so far.
+func (e *e2e) log(agent string) []rec {
+	f, err := os.Open(filepath.Join(e.dir, agent+".log"))
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []rec
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var r rec
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			e.t.Fatalf("%s.log: %v: %s", agent, err, sc.Text())
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// records returns agent's records of the given event.
+func (e *e2e) records(agent, event string) []rec {
+	var out []rec
+	for _, r := range e.log(agent) {
+		if r.Event == event {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// waitRecords waits until agent has logged at least n records of event,
+// and returns them.
+func (e *e2e) waitRecords(agent, event string, n int) []rec {
+	e.t.Helper()
+	var got []rec
+	if !checkFor(e.t, 30*time.Second, 10*time.Millisecond, func() bool {
+		got = e.records(agent, event)
+		return len(got) >= n
+	}) {
+		e.t.Fatalf("%s logged %d %q records, want %d; log: %+v", agent, len(got), event, n, e.log(agent))
+	}
+	return got
+}
+
+// waitEvent waits for a stored event of the given kind (and code, if
+// set) and returns all such events.
+func (e *e2e) waitEvent(kind, code string) []store.Event {
+	e.t.Helper()
+	var got []store.Event
+	if !checkFor(e.t, 30*time.Second, 10*time.Millisecond, func() bool {
+		got = e.events(kind, code)
+		return len(got) > 0
+	}) {
+		e.t.Fatalf("no %s event with code %q", kind, code)
+	}
+	return got
+}
+
+func (e *e2e) events(kind, code string) []store.Event {
+	all, err := e.store.Events(context.Background(), 0, 1<<30)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var out []store.Event
+	for _, ev := range all {
+		if ev.Kind == kind && (code == "" || ev.Code == code) {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// prompt sends a prompt to agent, starting its session if needed.
+func (e *e2e) prompt(agent, content string) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e.gw.Supervisor().Prompt(ctx, agent, content, nil); err != nil {
+		e.t.Fatalf("prompt %s: %v", agent, err)
+	}
+}
+
+// pendingApprovals waits until n items are pending and returns them.
+func (e *e2e) pendingApprovals(n int) []store.Approval {
+	e.t.Helper()
+	var got []store.Approval
+	if !checkFor(e.t, 30*time.Second, 10*time.Millisecond, func() bool {
+		var err error
+		got, err = e.gw.Approvals(context.Background(), store.ApprovalPending)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		return len(got) >= n
+	}) {
+		e.t.Fatalf("%d approval items pending, want %d", len(got), n)
+	}
+	return got
+}
+
+// publishes renders TESTRT_PUBLISH.
+func publishes(ps ...map[string]any) string {
+	b, err := json.Marshal(ps)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+// pub is one entry of TESTRT_PUBLISH; response is raw JSON.
+func pub(sub, controller, response string, repeat int) map[string]any {
+	return map[string]any{"subscription_id": sub, "controller": controller, "response": json.RawMessage(response), "repeat": repeat}
+}
+
+// Channel blocks for the usual pair: main (controller) and researcher
+// (reader), with the seed's subscriptions.
+const (
+	mainChannel = `tools: [BCPQuery]
+bcp_channels:
+  - peer: researcher
+    role: controller
+    max_category: 3
+    budget_bits: %d
+    max_cat2_queries: 2
+    max_cat3_queries: 1
+    subscriptions:
+      - id: research-findings
+        category: 2
+        on_anomaly: %s
+        questions:
+          - {id: topic, question: "What is the topic?", max_words: 10, expected_format: short_text}
+          - {id: summary, question: "What is the key finding?", max_words: 50, expected_format: short_text}
+          - {id: relevance, question: "How relevant, 1 to 5?", max_words: 1, expected_format: integer, min: 1, max: 5}
+      - id: research-alerts
+        category: 1
+        fields:
+          - {name: has_breaking_news, type: boolean}
+          - {name: priority, type: enum, values: [low, medium, high]}
+          - {name: score, type: integer, min: 1, max: 5}
+          - {name: source, type: enum, values: [web, mail, feed, other]}
+      - id: digest
+        category: 3
+        directive: Summarize what changed today.
+        max_words: 100`
+	researcherChannel = `tools: [BCPPublish, BCPRespond]
+bcp_channels:
+  - peer: main
+    role: reader
+    max_category: 3
+    budget_bits: %d`
+)
+
+// pair returns main and researcher with the given budgets and Cat-2
+// anomaly policy, and their TESTRT settings.
+func pair(mainBudget, readerBudget int, onAnomaly string, mainEnv, readerEnv map[string]string) []agentSpec {
+	return []agentSpec{
+		{name: "main", front: fmt.Sprintf(mainChannel, mainBudget, onAnomaly), env: mainEnv},
+		{name: "researcher", front: fmt.Sprintf(researcherChannel, readerBudget), env: readerEnv},
+	}
+}
+
+// The seed's worked example: a Cat-2 finding of 10 + 50 + 1 words.
+const seedFinding = `{"relevance": 4, "topic": "  Quantum   error correction ", "summary": "A new surface code lowers the logical error rate tenfold."}`

@@ -1,5 +1,0 @@
-package store
-
-import "errors"
-
-var errNotADecision = errors.New("tmp")

@@ -1,0 +1,201 @@
+// Command testrt is a scriptable runtime for bcpgw's end-to-end tests. It
+// is built by the tests that use it and never installed. It is configured
+// by environment variables, which the test's agent definitions pass
+// through their env:
+//
+//	TESTRT_LOG       required: a file to which it appends one JSON object
+//	                 per thing that happened (see record)
+//	TESTRT_PUBLISH   a JSON array of {subscription_id, controller, response,
+//	                 repeat}: published in order once subscriptions are
+//	                 announced, each waiting for its verdict; "{i}" in a
+//	                 response is replaced by the publish's number
+//	TESTRT_ANSWERS   a JSON array of responses: each query is answered with
+//	                 the first, then the next after a refusal, and so on
+//	TESTRT_SILENT    "1": queries are received but never answered
+//	TESTRT_QUERIES   a JSON array of bcp_query_request bodies {to, category,
+//	                 spec}: sent, in order, on every prompt "query"
+//	TESTRT_CRASH_AT  N: exit with status 3 on the Nth new delivery of this
+//	                 process, before acknowledging it
+//
+// Deliveries are applied (logged as "applied") once per delivery_id, across
+// processes too: the ids already applied are read back from the log.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/bcpgw/bcpgw/runtime"
+)
+
+// record is one line of the log.
+type record struct {
+	Event          string          `json:"event"` // verdict, query, query_sent, query_error, query_failed, delivery, applied, prompt
+	Pid            int             `json:"pid"`
+	Index          int             `json:"index,omitempty"`
+	SubscriptionID string          `json:"subscription_id,omitempty"`
+	QueryID        string          `json:"query_id,omitempty"`
+	RequestID      string          `json:"request_id,omitempty"`
+	DeliveryID     string          `json:"delivery_id,omitempty"`
+	Redelivered    bool            `json:"redelivered,omitempty"`
+	Success        bool            `json:"success,omitempty"`
+	Detail         string          `json:"detail,omitempty"`
+	Category       int             `json:"category,omitempty"`
+	Bits           float64         `json:"bits,omitempty"`
+	Response       json.RawMessage `json:"response,omitempty"`
+	Prompt         string          `json:"prompt,omitempty"`
+	Anomalies      int             `json:"anomalies,omitempty"`
+}
+
+type publish struct {
+	SubscriptionID string          `json:"subscription_id"`
+	Controller     string          `json:"controller"`
+	Response       json.RawMessage `json:"response"`
+	Repeat         int             `json:"repeat"`
+}
+
+type logger struct {
+	mu sync.Mutex
+	f  *os.File
+}
+
+// write appends r as one line with one write call, so that lines of
+// several processes never interleave.
+func (l *logger) write(r record) {
+	r.Pid = os.Getpid()
+	b, _ := json.Marshal(r)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, err := l.f.Write(append(b, '\n')); err != nil {
+		fmt.Fprintln(os.Stderr, "testrt: write log:", err)
+	}
+}
+
+func main() {
+	path := os.Getenv("TESTRT_LOG")
+	if path == "" {
+		fmt.Fprintln(os.Stderr, "testrt: TESTRT_LOG is required")
+		os.Exit(2)
+	}
+	applied := readApplied(path)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testrt:", err)
+		os.Exit(2)
+	}
+	log := &logger{f: f}
+	var publishes []publish
+	var answers []json.RawMessage
+	var queries []runtime.QueryRequest
+	for name, v := range map[string]any{"TESTRT_PUBLISH": &publishes, "TESTRT_ANSWERS": &answers, "TESTRT_QUERIES": &queries} {
+		if s := os.Getenv(name); s != "" {
+			if err := json.Unmarshal([]byte(s), v); err != nil {
+				fmt.Fprintf(os.Stderr, "testrt: %s: %v\n", name, err)
+				os.Exit(2)
+			}
+		}
+	}
+	crashAt, _ := strconv.Atoi(os.Getenv("TESTRT_CRASH_AT"))
+	silent := os.Getenv("TESTRT_SILENT") == "1"
+	deliveries := 0
+	var appliedMu sync.Mutex
+
+	runtime.Main(runtime.Handler{
+		Subscriptions: func(ctx context.Context, c *runtime.Client, _ []runtime.ActiveSubscription) {
+			go func() {
+				n := 0
+				for _, p := range publishes {
+					for range max(p.Repeat, 1) {
+						resp := strings.ReplaceAll(string(p.Response), "{i}", strconv.Itoa(n))
+						r, err := c.Publish(ctx, p.SubscriptionID, p.Controller, json.RawMessage(resp))
+						if err != nil {
+							return
+						}
+						log.write(record{Event: "verdict", Index: n, SubscriptionID: r.SubscriptionID, Success: r.Success, Detail: r.Detail})
+						n++
+					}
+				}
+			}()
+		},
+		Prompt: func(ctx context.Context, c *runtime.Client, p runtime.Prompt) error {
+			log.write(record{Event: "prompt", Prompt: p.Content})
+			if p.Content != "query" {
+				return nil
+			}
+			for _, q := range queries {
+				sent, err := c.Query(ctx, q)
+				if err != nil {
+					log.write(record{Event: "query_error", Detail: err.Error()})
+					continue
+				}
+				log.write(record{Event: "query_sent", QueryID: sent.QueryID, RequestID: sent.RequestID, Bits: sent.BandwidthBits})
+			}
+			return nil
+		},
+		Query: func(ctx context.Context, c *runtime.Client, q runtime.Query) error {
+			log.write(record{Event: "query", QueryID: q.QueryID, Category: int(q.Category), Detail: q.FromAgent})
+			if silent {
+				return nil
+			}
+			for _, a := range answers {
+				r, err := c.Respond(ctx, q.QueryID, a)
+				if err != nil {
+					return err
+				}
+				log.write(record{Event: "verdict", QueryID: r.QueryID, Success: r.Success, Detail: r.Detail})
+				if r.Success || strings.HasPrefix(r.Detail, "query_not_found") {
+					return nil
+				}
+			}
+			return nil
+		},
+		QueryFailed: func(_ *runtime.Client, e runtime.QueryError) {
+			log.write(record{Event: "query_failed", RequestID: e.RequestID, Detail: e.Reason})
+		},
+		Delivery: func(_ context.Context, _ *runtime.Client, d runtime.ResponseDelivery) error {
+			deliveries++
+			log.write(record{Event: "delivery", DeliveryID: d.DeliveryID, Redelivered: d.Redelivered, SubscriptionID: d.SubscriptionID,
+				QueryID: d.QueryID, RequestID: d.RequestID, Category: int(d.Category), Bits: d.BandwidthBits, Response: d.Response,
+				Prompt: d.Prompt, Anomalies: len(d.Anomalies), Detail: d.FromAgent})
+			if deliveries == crashAt {
+				os.Exit(3)
+			}
+			appliedMu.Lock()
+			applied[d.DeliveryID] = true
+			appliedMu.Unlock()
+			log.write(record{Event: "applied", DeliveryID: d.DeliveryID, Response: d.Response})
+			return nil
+		},
+		Applied: func(id string) bool {
+			appliedMu.Lock()
+			defer appliedMu.Unlock()
+			return applied[id]
+		},
+	})
+}
+
+// readApplied returns the delivery ids already applied according to the
+// log: the runtime's durable record of what it has done.
+func readApplied(path string) map[string]bool {
+	applied := map[string]bool{}
+	f, err := os.Open(path)
+	if err != nil {
+		return applied
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var r record
+		if json.Unmarshal(sc.Bytes(), &r) == nil && r.Event == "applied" {
+			applied[r.DeliveryID] = true
+		}
+	}
+	return applied
+}
