@@ -21,6 +21,13 @@ import (
 // real runtime subprocesses: internal/testrt, scripted through the
 // TESTRT_* variables of each agent (see its doc).
 
+// testWait bounds every wait of the end-to-end tests; pollStep is how
+// often they look.
+const (
+	testWait = 30 * time.Second
+	pollStep = 10 * time.Millisecond
+)
+
 // rec is one line of a testrt log.
 type rec struct {
 	Event          string          `json:"event"`
@@ -175,7 +182,7 @@ func (e *e2e) records(agent, event string) []rec {
 func (e *e2e) waitRecords(agent, event string, n int) []rec {
 	e.t.Helper()
 	var got []rec
-	if !checkFor(e.t, 30*time.Second, 10*time.Millisecond, func() bool {
+	if !checkFor(e.t, testWait, pollStep, func() bool {
 		got = e.records(agent, event)
 		return len(got) >= n
 	}) {
@@ -189,7 +196,7 @@ func (e *e2e) waitRecords(agent, event string, n int) []rec {
 func (e *e2e) waitEvent(kind, code string) []store.Event {
 	e.t.Helper()
 	var got []store.Event
-	if !checkFor(e.t, 30*time.Second, 10*time.Millisecond, func() bool {
+	if !checkFor(e.t, testWait, pollStep, func() bool {
 		got = e.events(kind, code)
 		return len(got) > 0
 	}) {
@@ -226,7 +233,7 @@ func (e *e2e) prompt(agent, content string) {
 func (e *e2e) pendingApprovals(n int) []store.Approval {
 	e.t.Helper()
 	var got []store.Approval
-	if !checkFor(e.t, 30*time.Second, 10*time.Millisecond, func() bool {
+	if !checkFor(e.t, testWait, pollStep, func() bool {
 		var err error
 		got, err = e.gw.Approvals(context.Background(), store.ApprovalPending)
 		if err != nil {

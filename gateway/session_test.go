@@ -14,8 +14,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/bcpgw/bcpgw/agents"
-	"github.com/bcpgw/bcpgw/gateway/store"
 	"github.com/bcpgw/bcpgw/bcp"
+	"github.com/bcpgw/bcpgw/gateway/store"
 	"github.com/bcpgw/bcpgw/runtime"
 )
 
