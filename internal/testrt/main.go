@@ -7,15 +7,22 @@
 //	                 per thing that happened (see record)
 //	TESTRT_PUBLISH   a JSON array of {subscription_id, controller, response,
 //	                 repeat}: published in order once subscriptions are
-//	                 announced, each waiting for its verdict; "{i}" in a
+//	                 announced, and again as the turn of every prompt
+//	                 "publish" (so an agent that is announced nothing can
+//	                 try too), each waiting for its verdict; "{i}" in a
 //	                 response is replaced by the publish's number
 //	TESTRT_ANSWERS   a JSON array of responses: each query is answered with
 //	                 the first, then the next after a refusal, and so on
+//	TESTRT_ANSWER_ALL "1": each query is answered with every response of
+//	                 TESTRT_ANSWERS in turn, whatever the verdicts
 //	TESTRT_SILENT    "1": queries are received but never answered
-//	TESTRT_QUERIES   a JSON array of bcp_query_request bodies {to, category,
-//	                 spec}: sent, in order, on every prompt "query"
-//	TESTRT_CRASH_AT  N: exit with status 3 on the Nth new delivery of this
-//	                 process, before acknowledging it
+//	TESTRT_QUERIES   a JSON array of bcp_query_request bodies {request_id,
+//	                 to, category, spec}: sent, in order, on every prompt
+//	                 "query"; each is logged as query_sent or query_error
+//	                 with its index in the array and its request_id
+//	TESTRT_CRASH_AT  N: exit with status 3 on the Nth delivery in the log
+//	                 (counting those of earlier processes), before
+//	                 acknowledging it
 //
 // Deliveries are applied (logged as "applied") once per delivery_id, across
 // processes too: the ids already applied are read back from the log.
@@ -83,7 +90,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "testrt: TESTRT_LOG is required")
 		os.Exit(2)
 	}
-	applied := readApplied(path)
+	applied, deliveries := readLog(path)
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testrt:", err)
@@ -103,38 +110,44 @@ func main() {
 	}
 	crashAt, _ := strconv.Atoi(os.Getenv("TESTRT_CRASH_AT"))
 	silent := os.Getenv("TESTRT_SILENT") == "1"
-	deliveries := 0
+	answerAll := os.Getenv("TESTRT_ANSWER_ALL") == "1"
 	var appliedMu sync.Mutex
+
+	// publishAll publishes TESTRT_PUBLISH in order, each after the verdict
+	// on the one before.
+	publishAll := func(ctx context.Context, c *runtime.Client) {
+		n := 0
+		for _, p := range publishes {
+			for range max(p.Repeat, 1) {
+				resp := strings.ReplaceAll(string(p.Response), "{i}", strconv.Itoa(n))
+				r, err := c.Publish(ctx, p.SubscriptionID, p.Controller, json.RawMessage(resp))
+				if err != nil {
+					return
+				}
+				log.write(record{Event: "verdict", Index: n, SubscriptionID: r.SubscriptionID, Success: r.Success, Detail: r.Detail})
+				n++
+			}
+		}
+	}
 
 	runtime.Main(runtime.Handler{
 		Subscriptions: func(ctx context.Context, c *runtime.Client, _ []runtime.ActiveSubscription) {
-			go func() {
-				n := 0
-				for _, p := range publishes {
-					for range max(p.Repeat, 1) {
-						resp := strings.ReplaceAll(string(p.Response), "{i}", strconv.Itoa(n))
-						r, err := c.Publish(ctx, p.SubscriptionID, p.Controller, json.RawMessage(resp))
-						if err != nil {
-							return
-						}
-						log.write(record{Event: "verdict", Index: n, SubscriptionID: r.SubscriptionID, Success: r.Success, Detail: r.Detail})
-						n++
-					}
-				}
-			}()
+			go publishAll(ctx, c)
 		},
 		Prompt: func(ctx context.Context, c *runtime.Client, p runtime.Prompt) error {
 			log.write(record{Event: "prompt", Prompt: p.Content})
-			if p.Content != "query" {
-				return nil
-			}
-			for _, q := range queries {
-				sent, err := c.Query(ctx, q)
-				if err != nil {
-					log.write(record{Event: "query_error", Detail: err.Error()})
-					continue
+			switch p.Content {
+			case "publish":
+				publishAll(ctx, c)
+			case "query":
+				for i, q := range queries {
+					sent, err := c.Query(ctx, q)
+					if err != nil {
+						log.write(record{Event: "query_error", Index: i, RequestID: q.RequestID, Detail: err.Error()})
+						continue
+					}
+					log.write(record{Event: "query_sent", Index: i, QueryID: sent.QueryID, RequestID: sent.RequestID, Bits: sent.BandwidthBits})
 				}
-				log.write(record{Event: "query_sent", QueryID: sent.QueryID, RequestID: sent.RequestID, Bits: sent.BandwidthBits})
 			}
 			return nil
 		},
@@ -149,7 +162,7 @@ func main() {
 					return err
 				}
 				log.write(record{Event: "verdict", QueryID: r.QueryID, Success: r.Success, Detail: r.Detail})
-				if r.Success || strings.HasPrefix(r.Detail, "query_not_found") {
+				if !answerAll && (r.Success || strings.HasPrefix(r.Detail, "query_not_found")) {
 					return nil
 				}
 			}
@@ -180,22 +193,29 @@ func main() {
 	})
 }
 
-// readApplied returns the delivery ids already applied according to the
-// log: the runtime's durable record of what it has done.
-func readApplied(path string) map[string]bool {
-	applied := map[string]bool{}
+// readLog returns the delivery ids already applied according to the log
+// (the runtime's durable record of what it has done), and how many
+// deliveries it has received.
+func readLog(path string) (applied map[string]bool, deliveries int) {
+	applied = map[string]bool{}
 	f, err := os.Open(path)
 	if err != nil {
-		return applied
+		return applied, 0
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		var r record
-		if json.Unmarshal(sc.Bytes(), &r) == nil && r.Event == "applied" {
+		if json.Unmarshal(sc.Bytes(), &r) != nil {
+			continue
+		}
+		switch r.Event {
+		case "applied":
 			applied[r.DeliveryID] = true
+		case "delivery":
+			deliveries++
 		}
 	}
-	return applied
+	return applied, deliveries
 }
