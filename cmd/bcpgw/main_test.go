@@ -20,8 +20,8 @@ import (
 	"time"
 )
 
-// bin and demoAgent are the binaries built once by TestMain.
-var bin, demoAgent string
+// bin, demoAgent and testrt are the binaries built once by TestMain.
+var bin, demoAgent, testrt string
 
 // examples is the example definition set shipped with the repository.
 const examples = "../../examples/agents"
@@ -37,7 +37,8 @@ func testMain(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	bin = filepath.Join(dir, "bcpgw")
 	demoAgent = filepath.Join(dir, "demo-agent")
-	for out, pkg := range map[string]string{bin: ".", demoAgent: "../../examples/runtimes/demo-agent"} {
+	testrt = filepath.Join(dir, "testrt")
+	for out, pkg := range map[string]string{bin: ".", demoAgent: "../../examples/runtimes/demo-agent", testrt: "../../internal/testrt"} {
 		build := exec.Command("go", "build", "-o", out, pkg)
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {

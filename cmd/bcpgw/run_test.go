@@ -74,9 +74,9 @@ func TestRunStartsAgentsAndStopsOnSignal(t *testing.T) {
 			}
 			defer cmd.Process.Kill()
 			// The reader autostarts, hears its subscription, publishes, and
-			// is answered after validation.
+			// the controller receives the push.
 			deadline := time.Now().Add(20 * time.Second)
-			for !strings.Contains(stderr.String(), "publish alerts refused: controller_unavailable") {
+			for !strings.Contains(stderr.String(), "delivery alerts from researcher (Cat-1, 1.0 bits)") {
 				if time.Now().After(deadline) {
 					t.Fatalf("no validated publish in the logs:\n%s", stderr.String())
 				}
@@ -101,6 +101,7 @@ func TestRunStartsAgentsAndStopsOnSignal(t *testing.T) {
 			for _, want := range []string{
 				"kind=session_started",
 				"1 subscription(s) announced",
+				"published alerts: Published to controller main (Cat-1, 1.0 bits)",
 				"kind=session_stopped",
 				"gateway stopped",
 			} {

@@ -20,6 +20,7 @@
 //	                 to, category, spec}: sent, in order, on every prompt
 //	                 "query"; each is logged as query_sent or query_error
 //	                 with its index in the array and its request_id
+//	TESTRT_DELAY     a Go duration: how long each delivery takes to apply
 //	TESTRT_CRASH_AT  N: exit with status 3 on the Nth delivery in the log
 //	                 (counting those of earlier processes), before
 //	                 acknowledging it
@@ -37,6 +38,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/bcpgw/bcpgw/runtime"
 )
@@ -110,6 +112,7 @@ func main() {
 	}
 	crashAt, _ := strconv.Atoi(os.Getenv("TESTRT_CRASH_AT"))
 	silent := os.Getenv("TESTRT_SILENT") == "1"
+	delay, _ := time.ParseDuration(os.Getenv("TESTRT_DELAY"))
 	answerAll := os.Getenv("TESTRT_ANSWER_ALL") == "1"
 	var appliedMu sync.Mutex
 
@@ -179,6 +182,7 @@ func main() {
 			if deliveries == crashAt {
 				os.Exit(3)
 			}
+			time.Sleep(delay)
 			appliedMu.Lock()
 			applied[d.DeliveryID] = true
 			appliedMu.Unlock()

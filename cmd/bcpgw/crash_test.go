@@ -1,0 +1,218 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// testrtRecord is the part of a testrt log line this test reads.
+type testrtRecord struct {
+	Event      string          `json:"event"`
+	Pid        int             `json:"pid"`
+	Index      int             `json:"index"`
+	Success    bool            `json:"success"`
+	DeliveryID string          `json:"delivery_id"`
+	Response   json.RawMessage `json:"response"`
+}
+
+func readTestrtLog(t *testing.T, path string) []testrtRecord {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []testrtRecord
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var r testrtRecord
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			continue // a line cut short by the kill
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// crashSet is a reader that publishes what ${PUB} says as soon as it
+// starts, and a controller that records what it applies, taking 5ms for
+// each, so that deliveries are still waiting when the gateway is killed;
+// both are testrt.
+func crashSet(t *testing.T, dir string) string {
+	t.Helper()
+	return writeSet(t, map[string]string{
+		"main.md": fmt.Sprintf(`---
+name: main
+runtime: [%q]
+env: {TESTRT_LOG: %q, TESTRT_DELAY: 5ms}
+bcp_channels:
+  - peer: researcher
+    role: controller
+    max_category: 2
+    budget_bits: 10000000
+    subscriptions:
+      - id: items
+        category: 2
+        questions: [{id: item, question: "Which item?", max_words: 3}]
+---
+`, testrt, filepath.Join(dir, "main.log")),
+		"researcher.md": fmt.Sprintf(`---
+name: researcher
+runtime: [%q]
+autostart: true
+tools: [BCPPublish]
+env: {TESTRT_LOG: %q, TESTRT_PUBLISH: "${PUB}"}
+bcp_channels:
+  - {peer: main, role: reader, max_category: 2, budget_bits: 10000000}
+---
+`, testrt, filepath.Join(dir, "researcher.log")),
+	})
+}
+
+func startGateway(t *testing.T, agentsDir, state, pub string, stderr *lockedBuffer) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(bin, "run", "--agents", agentsDir, "--state", state, "--log-level", "debug")
+	cmd.Env = append(baseEnv(), "PUB="+pub, "BCPGW_STATE=")
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd
+}
+
+// waitGone waits until none of the pids is alive.
+func waitGone(t *testing.T, pids map[int]bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for pid := range pids {
+		for syscall.Kill(pid, 0) == nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("runtime %d still alive after the gateway died", pid)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// Accepted means durable: SIGKILL the gateway during a stream of
+// publishes, restart it on the same state directory, and every publish
+// the Reader heard accepted reaches the Controller at least once, under
+// one delivery_id, and is applied exactly once.
+func TestKillGatewayDuringPublishesLosesNothing(t *testing.T) {
+	dir := t.TempDir()
+	agentsDir := crashSet(t, dir)
+	state := filepath.Join(dir, "state")
+	var log1 lockedBuffer
+	gw := startGateway(t, agentsDir, state, `[{"subscription_id": "items", "controller": "main", "response": {"item": "item {i}"}, "repeat": 100000}]`, &log1)
+	researcherLog := filepath.Join(dir, "researcher.log")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		accepted := 0
+		for _, r := range readTestrtLog(t, researcherLog) {
+			if r.Event == "verdict" && r.Success {
+				accepted++
+			}
+		}
+		if accepted >= 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			gw.Process.Kill()
+			t.Fatalf("only %d publishes accepted before the deadline\n%s", accepted, log1.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := gw.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = gw.Wait()
+	// The runtimes see their stdin close and exit; wait for them so that
+	// the logs are final.
+	pids := map[int]bool{}
+	for _, f := range []string{researcherLog, filepath.Join(dir, "main.log")} {
+		for _, r := range readTestrtLog(t, f) {
+			pids[r.Pid] = true
+		}
+	}
+	waitGone(t, pids)
+
+	want := map[string]bool{} // the items the researcher heard accepted
+	for _, r := range readTestrtLog(t, researcherLog) {
+		if r.Event == "verdict" && r.Success {
+			want[fmt.Sprintf(`{"item":"item %d"}`, r.Index)] = true
+		}
+	}
+	firstRun := readTestrtLog(t, filepath.Join(dir, "main.log"))
+
+	// Restart on the same state, with a reader that publishes nothing.
+	var log2 lockedBuffer
+	gw2 := startGateway(t, agentsDir, state, `[]`, &log2)
+	defer func() {
+		gw2.Process.Signal(syscall.SIGTERM)
+		gw2.Wait()
+	}()
+	var main []testrtRecord
+	deadline = time.Now().Add(60 * time.Second)
+	for {
+		main = readTestrtLog(t, filepath.Join(dir, "main.log"))
+		applied := map[string]bool{}
+		for _, r := range main {
+			if r.Event == "applied" {
+				applied[string(r.Response)] = true
+			}
+		}
+		missing := 0
+		for item := range want {
+			if !applied[item] {
+				missing++
+			}
+		}
+		if missing == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d accepted publishes never applied\nfirst run:\n%s\nsecond run:\n%s", missing, len(want), log1.String(), log2.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	ids := map[string]string{}  // item -> its delivery_id
+	applied := map[string]int{} // delivery_id -> times applied
+	afterRestart := 0
+	for _, r := range main {
+		switch r.Event {
+		case "delivery":
+			item := string(r.Response)
+			if id, ok := ids[item]; ok && id != r.DeliveryID {
+				t.Errorf("%s delivered under two ids: %s and %s", item, id, r.DeliveryID)
+			}
+			ids[item] = r.DeliveryID
+		case "applied":
+			applied[r.DeliveryID]++
+		}
+	}
+	for id, n := range applied {
+		if n != 1 {
+			t.Errorf("delivery %s applied %d times", id, n)
+		}
+	}
+	for _, r := range main[len(firstRun):] {
+		if r.Event == "delivery" {
+			afterRestart++
+		}
+	}
+	t.Logf("%d publishes accepted before the kill; %d delivered after the restart", len(want), afterRestart)
+	// The test means something only if the kill left deliveries behind.
+	if afterRestart == 0 || !strings.Contains(log2.String(), "resuming deliveries from the state directory") {
+		t.Errorf("nothing was left to deliver after the restart:\n%s", log2.String())
+	}
+}
