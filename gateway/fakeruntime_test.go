@@ -32,11 +32,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	testrtPath = filepath.Join(dir, "testrt")
-	build := exec.Command("go", "build", "-o", testrtPath, "github.com/bcpgw/bcpgw/internal/testrt")
+	testrtPath, benchrtPath = filepath.Join(dir, "testrt"), filepath.Join(dir, "benchrt")
+	build := exec.Command("go", "build", "-o", dir, "github.com/bcpgw/bcpgw/internal/testrt", "github.com/bcpgw/bcpgw/internal/benchrt")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build testrt:", err)
+		fmt.Fprintln(os.Stderr, "build test runtimes:", err)
 		os.Exit(1)
 	}
 	code := m.Run()
@@ -44,9 +44,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// testrtPath is the scriptable runtime (internal/testrt) built for the
-// gateway's end-to-end tests.
-var testrtPath string
+// testrtPath is the scriptable runtime (internal/testrt) of the
+// end-to-end tests; benchrtPath the runtime pair of the push benchmark
+// (internal/benchrt). TestMain builds both.
+var testrtPath, benchrtPath string
 
 func fakeRuntime(mode string) int {
 	out := bufio.NewWriter(os.Stdout)

@@ -1,0 +1,252 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bcpgw/bcpgw/agents"
+	"github.com/bcpgw/bcpgw/gateway/store"
+)
+
+// BenchmarkPushVsRelay sends the same pushes between the same two runtime
+// processes (internal/benchrt) twice: through the gateway, with
+// validation, budgets and the durable store, and through a raw relay that
+// only copies lines. It reports, side by side, the pushes a second each
+// sustains (the reader publishes as fast as it can) and the latency from
+// publish to delivery at a steady 1,000 pushes a second, and the ratio of
+// the two throughputs.
+func BenchmarkPushVsRelay(b *testing.B) {
+	const (
+		burst = 5000 // pushes of the throughput run
+		rate  = 1000 // pushes a second of the latency run
+		paced = 3000 // pushes of the latency run
+	)
+	var gwRate, relayRate float64
+	var gwLat, relayLat []time.Duration
+	for range b.N {
+		gwRate = throughput(runPushes(b, viaGateway, burst, 0))
+		relayRate = throughput(runPushes(b, viaRelay, burst, 0))
+		gwLat = latencies(runPushes(b, viaGateway, paced, rate))
+		relayLat = latencies(runPushes(b, viaRelay, paced, rate))
+	}
+	b.ReportMetric(gwRate, "gw-push/s")
+	b.ReportMetric(relayRate, "relay-push/s")
+	b.ReportMetric(gwRate/relayRate, "ratio")
+	b.ReportMetric(micros(percentile(gwLat, 50)), "gw-p50-µs")
+	b.ReportMetric(micros(percentile(gwLat, 99)), "gw-p99-µs")
+	b.ReportMetric(micros(percentile(relayLat, 50)), "relay-p50-µs")
+	b.ReportMetric(micros(percentile(relayLat, 99)), "relay-p99-µs")
+	b.ReportMetric(0, "ns/op") // one op is a whole scenario: not meaningful
+}
+
+// timing is one push: when the reader sent it and the controller got it.
+type timing struct{ sent, recv int64 }
+
+type pushPath func(b *testing.B, dir string, reader, controller []string)
+
+// runPushes runs n pushes at rate (0: flat out) over path and returns
+// their timings.
+func runPushes(b *testing.B, path pushPath, n, rate int) []timing {
+	b.Helper()
+	dir := b.TempDir()
+	out := filepath.Join(dir, "timings")
+	path(b, dir,
+		[]string{benchrtPath, "reader", fmt.Sprint(n), fmt.Sprint(rate)},
+		[]string{benchrtPath, "controller", fmt.Sprint(n), out})
+	f, err := os.Open(out)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	var ts []timing
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var t timing
+		if _, err := fmt.Sscan(sc.Text(), &t.sent, &t.recv); err != nil {
+			b.Fatal(err)
+		}
+		ts = append(ts, t)
+	}
+	if len(ts) != n {
+		b.Fatalf("%d timings, want %d", len(ts), n)
+	}
+	return ts
+}
+
+// waitFile waits until path exists (the controller has all pushes).
+func waitFile(b *testing.B, path string) {
+	b.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%s never written", path)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// viaGateway runs the pair as agents of a Gateway with a store.
+func viaGateway(b *testing.B, dir string, reader, controller []string) {
+	b.Helper()
+	defs := map[string]string{
+		"main.md": fmt.Sprintf(`---
+name: main
+runtime: [%s]
+autostart: true
+bcp_channels:
+  - peer: researcher
+    role: controller
+    max_category: 2
+    budget_bits: 1000000000
+    subscriptions:
+      - {id: load, category: 2, questions: [{id: t, question: "When?", max_words: 1}]}
+---
+`, quoteArgs(controller)),
+		"researcher.md": fmt.Sprintf(`---
+name: researcher
+runtime: [%s]
+autostart: true
+tools: [BCPPublish]
+bcp_channels:
+  - {peer: main, role: reader, max_category: 2, budget_bits: 1000000000}
+---
+`, quoteArgs(reader)),
+	}
+	agentsDir := filepath.Join(dir, "agents")
+	if err := os.Mkdir(agentsDir, 0o700); err != nil {
+		b.Fatal(err)
+	}
+	for name, body := range defs {
+		if err := os.WriteFile(filepath.Join(agentsDir, name), []byte(body), 0o600); err != nil {
+			b.Fatal(err)
+		}
+	}
+	set, err := agents.LoadDir(agentsDir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, err := store.Open(filepath.Join(dir, "bcpgw.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	gw, err := New(Config{Set: set, Store: st, Session: SessionConfig{
+		// The default flood limit (200 lines/s) is for model-driven agents;
+		// the benchmark reader publishes thousands a second.
+		FloodRate: 1e9, FloodBurst: 1e9,
+	}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- gw.Run(ctx) }()
+	waitFile(b, controller[3])
+	cancel()
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+}
+
+// viaRelay runs the pair with a minimal relay between them: the start and
+// ready handshake, the subscription announcement, then every line of each
+// copied as is to the other.
+func viaRelay(b *testing.B, _ string, reader, controller []string) {
+	b.Helper()
+	type proc struct {
+		cmd *exec.Cmd
+		in  io.WriteCloser
+		out *bufio.Reader
+	}
+	start := func(argv []string) proc {
+		cmd := exec.Command(argv[0], argv[1:]...)
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		p := proc{cmd: cmd, in: in, out: bufio.NewReaderSize(out, 64<<10)}
+		io.WriteString(in, `{"type":"start","agent":{"name":"x"}}`+"\n")
+		if line, err := p.out.ReadString('\n'); err != nil || !strings.Contains(line, "ready") {
+			b.Fatalf("no ready: %q %v", line, err)
+		}
+		return p
+	}
+	r, c := start(reader), start(controller)
+	defer func() {
+		for _, p := range []proc{r, c} {
+			p.in.Close()
+			p.cmd.Wait()
+		}
+	}()
+	copyLines := func(dst io.Writer, src *bufio.Reader) {
+		w := bufio.NewWriterSize(dst, 64<<10)
+		for {
+			line, err := src.ReadSlice('\n')
+			if len(line) > 0 {
+				w.Write(line)
+				if src.Buffered() == 0 {
+					w.Flush()
+				}
+			}
+			if err != nil && err != bufio.ErrBufferFull {
+				w.Flush()
+				return
+			}
+		}
+	}
+	go copyLines(c.in, r.out)
+	go copyLines(r.in, c.out)
+	io.WriteString(r.in, `{"type":"bcp_subscriptions_active","subscriptions":[{"subscription_id":"load","controller":"main","category":2}]}`+"\n")
+	waitFile(b, controller[3])
+}
+
+func quoteArgs(argv []string) string {
+	q := make([]string, len(argv))
+	for i, a := range argv {
+		q[i] = fmt.Sprintf("%q", a)
+	}
+	return strings.Join(q, ", ")
+}
+
+// throughput is pushes a second from the first send to the last receipt.
+func throughput(ts []timing) float64 {
+	first, last := ts[0].sent, ts[0].recv
+	for _, t := range ts {
+		first, last = min(first, t.sent), max(last, t.recv)
+	}
+	return float64(len(ts)) / (float64(last-first) / 1e9)
+}
+
+func latencies(ts []timing) []time.Duration {
+	out := make([]time.Duration, len(ts))
+	for i, t := range ts {
+		out[i] = time.Duration(t.recv - t.sent)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func percentile(sorted []time.Duration, p int) time.Duration {
+	return sorted[(len(sorted)-1)*p/100]
+}
+
+func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }

@@ -1,0 +1,126 @@
+// Command benchrt is the runtime pair of bcpgw's push benchmark. It speaks
+// the wire protocol directly, without the SDK, so that the same two
+// programs run behind the gateway and behind a raw relay that only copies
+// lines (BenchmarkPushVsRelay in package gateway).
+//
+//	benchrt reader N RATE    after start and bcp_subscriptions_active,
+//	                         publishes N pushes to subscription "load" of
+//	                         controller "main", RATE a second (0: as fast
+//	                         as the pipe takes them), without waiting for
+//	                         verdicts; each carries its send time
+//	benchrt controller N OUT answers every delivery with result at once;
+//	                         after N, writes to OUT one line per push: the
+//	                         send and receive times in unix nanoseconds
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+)
+
+func main() {
+	if len(os.Args) < 3 {
+		fmt.Fprintln(os.Stderr, "usage: benchrt reader N RATE | benchrt controller N OUT")
+		os.Exit(2)
+	}
+	n, err := strconv.Atoi(os.Args[2])
+	if err != nil || len(os.Args) != 4 {
+		fmt.Fprintln(os.Stderr, "benchrt: bad arguments")
+		os.Exit(2)
+	}
+	out := bufio.NewWriter(os.Stdout)
+	in := bufio.NewScanner(os.Stdin)
+	in.Buffer(make([]byte, 1<<20), 1<<20)
+	switch os.Args[1] {
+	case "reader":
+		rate, _ := strconv.Atoi(os.Args[3])
+		reader(in, out, n, rate)
+	case "controller":
+		controller(in, out, n, os.Args[3])
+	}
+}
+
+var (
+	typeStart = []byte(`"type":"start"`)
+	typeSubs  = []byte(`"type":"bcp_subscriptions_active"`)
+	sentAt    = []byte(`"t":"`)
+)
+
+func reader(in *bufio.Scanner, out *bufio.Writer, n, rate int) {
+	for in.Scan() {
+		line := in.Bytes()
+		switch {
+		case bytes.Contains(line, typeStart):
+			out.WriteString(`{"type":"ready"}` + "\n")
+			out.Flush()
+		case bytes.Contains(line, typeSubs):
+			go publish(out, n, rate)
+		}
+		// Verdicts and everything else are read and dropped.
+	}
+}
+
+func publish(out *bufio.Writer, n, rate int) {
+	var tick *time.Ticker
+	if rate > 0 {
+		tick = time.NewTicker(time.Second / time.Duration(rate))
+		defer tick.Stop()
+	}
+	for i := 0; i < n; i++ {
+		if tick != nil {
+			<-tick.C
+		}
+		fmt.Fprintf(out, `{"type":"bcp_response","subscription_id":"load","controller":"main","response":{"t":"%d"}}`+"\n", time.Now().UnixNano())
+		if tick != nil || i%64 == 63 || i == n-1 {
+			out.Flush()
+		}
+	}
+}
+
+func controller(in *bufio.Scanner, out *bufio.Writer, n int, path string) {
+	sent := make([]int64, 0, n)
+	recv := make([]int64, 0, n)
+	for in.Scan() {
+		line := in.Bytes()
+		if bytes.Contains(line, typeStart) {
+			out.WriteString(`{"type":"ready"}` + "\n")
+			out.Flush()
+			continue
+		}
+		i := bytes.Index(line, sentAt)
+		if i < 0 {
+			continue
+		}
+		now := time.Now().UnixNano()
+		rest := line[i+len(sentAt):]
+		end := bytes.IndexByte(rest, '"')
+		t, err := strconv.ParseInt(string(rest[:max(end, 0)]), 10, 64)
+		if err != nil {
+			continue
+		}
+		out.WriteString(`{"type":"result","duration_ms":0,"num_turns":1,"cost_usd":0,"is_error":false}` + "\n")
+		out.Flush()
+		if len(sent) < n {
+			sent, recv = append(sent, t), append(recv, now)
+			if len(sent) == n {
+				write(path, sent, recv)
+			}
+		}
+	}
+}
+
+func write(path string, sent, recv []int64) {
+	var b bytes.Buffer
+	for i := range sent {
+		fmt.Fprintf(&b, "%d %d\n", sent[i], recv[i])
+	}
+	// Written whole, then renamed, so the benchmark never reads half.
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b.Bytes(), 0o600); err == nil {
+		err = os.Rename(tmp, path)
+	}
+}
