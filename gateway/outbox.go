@@ -143,14 +143,15 @@ func (g *Gateway) deliver(ctx context.Context, d *store.Delivery) error {
 	if err != nil {
 		return err
 	}
-	g.cfg.Store.MarkAttempted(d.ID)
 	d.Attempts++
 	kind := "delivery_sent"
 	if msg.Redelivered {
 		kind = "delivery_retried"
 	}
-	g.event(store.Event{Kind: kind, Agent: d.Controller, Peer: d.Reader, Ref: d.ID, Category: int(d.Category), Bits: d.Bits,
-		Detail: fmt.Sprintf("delivery %s to %s (attempt %d)", d.ID, d.Controller, d.Attempts)})
+	ev := store.Event{Time: g.now(), Kind: kind, Agent: d.Controller, Peer: d.Reader, Ref: d.ID, Category: int(d.Category), Bits: d.Bits,
+		Detail: fmt.Sprintf("delivery %s to %s (attempt %d)", d.ID, d.Controller, d.Attempts)}
+	g.cfg.Store.MarkAttempted(d.ID, ev)
+	g.log.Debug("audit: "+ev.Detail, "kind", ev.Kind)
 	select {
 	case err := <-done:
 		return err

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/gateway/store"
 )
@@ -142,7 +144,7 @@ bcp_channels:
 		b.Fatal(err)
 	}
 	defer st.Close()
-	gw, err := New(Config{Set: set, Store: st, Session: SessionConfig{
+	gw, err := New(Config{Set: set, Store: st, Logger: hclog.New(&hclog.LoggerOptions{Output: os.Stderr, Level: hclog.Warn}), Session: SessionConfig{
 		// The default flood limit (200 lines/s) is for model-driven agents;
 		// the benchmark reader publishes thousands a second.
 		FloodRate: 1e9, FloodBurst: 1e9,

@@ -34,9 +34,11 @@ const (
 	// sessions. Stderr lines over the same limit are dropped, and counted.
 	DefaultFloodRate  = 200.0
 	DefaultFloodBurst = 1000
-	// outQueue bounds the messages waiting to be written to a runtime's
-	// stdin. A runtime that stops reading fills it and is stopped.
-	outQueue = 256
+	// maxPendingOut bounds the bytes waiting to be written to a runtime's
+	// stdin (beyond the pipe's own buffer). A runtime that stops reading
+	// fills it and is stopped; one that reads never comes near it, even
+	// when a group commit answers hundreds of publishes at once.
+	maxPendingOut = 8 << 20
 	// stderrTail is how many stderr lines an exit error keeps.
 	stderrTail = 10
 	// maxStderrLine bounds one relayed stderr line.
@@ -148,7 +150,7 @@ type Session struct {
 	log  hclog.Logger
 	cmd  *exec.Cmd
 
-	out    chan []byte // to the stdin writer
+	out    *lineQueue  // to the stdin writer
 	work   chan turn   // prompts, queries and deliveries, in order
 	sends  chan any    // messages sent right away (not turns)
 	stopCh chan string // stop requests, with a reason
@@ -156,10 +158,6 @@ type Session struct {
 
 	ready    chan struct{} // closed when ready arrives
 	startErr error         // set before done closes, if the start failed
-
-	// outClosed is owned by the run goroutine (and by StartSession before
-	// run starts): out may be closed only once, and never sent on after.
-	outClosed bool
 
 	mu     sync.Mutex
 	err    error // why the session ended; nil if stopped on request
@@ -191,7 +189,7 @@ func StartSession(ctx context.Context, cfg SessionConfig) (*Session, error) {
 		cfg:    cfg,
 		name:   def.Name,
 		log:    cfg.Logger.Named(def.Name),
-		out:    make(chan []byte, outQueue),
+		out:    newLineQueue(),
 		work:   make(chan turn),
 		sends:  make(chan any),
 		stopCh: make(chan string, 1),
@@ -452,45 +450,114 @@ func (s *Session) Kill() {
 }
 
 // send encodes msg and queues it for stdin without blocking; a runtime
-// that lets the queue fill up is not reading and is killed. Only the run
-// goroutine calls it (and StartSession, before run starts).
+// that lets more than maxPendingOut bytes pile up is not reading and is
+// killed. Only the run goroutine calls it (and StartSession, before run
+// starts).
 func (s *Session) send(msg any) error {
-	if s.outClosed {
-		return ErrSessionClosed
-	}
 	line, err := runtime.Marshal(msg)
 	if err != nil {
 		return err
 	}
-	select {
-	case s.out <- line:
-		return nil
-	default:
+	switch pending, ok := s.out.push(line); {
+	case !ok:
+		return ErrSessionClosed
+	case pending > maxPendingOut:
 		s.Kill()
-		return errors.New("runtime is not reading its stdin")
+		return fmt.Errorf("runtime is not reading its stdin (%d bytes waiting)", pending)
 	}
+	return nil
 }
 
-// closeOut closes stdin's queue once: the writer then closes stdin.
-func (s *Session) closeOut() {
-	if !s.outClosed {
-		s.outClosed = true
-		close(s.out)
-	}
-}
+// closeOut closes stdin's queue: the writer writes what is queued, then
+// closes stdin. Safe to call more than once.
+func (s *Session) closeOut() { s.out.close() }
 
-// writeStdin owns stdin: it writes queued lines until out is closed, then
-// closes stdin so the runtime sees EOF.
+// writeStdin owns stdin: it writes queued lines until the queue is closed
+// and empty, then closes stdin so the runtime sees EOF.
 func (s *Session) writeStdin(stdin io.WriteCloser) {
 	defer stdin.Close()
-	for line := range s.out {
-		if _, err := stdin.Write(line); err != nil {
-			// The runtime is gone or closed stdin; drain so senders never
-			// block, and let the exit be reported by Wait.
-			for range s.out {
-			}
+	for {
+		lines, ok := s.out.take()
+		if !ok {
 			return
 		}
+		for _, line := range lines {
+			if _, err := stdin.Write(line); err != nil {
+				// The runtime is gone or closed stdin; discard what comes
+				// so senders never block, and let Wait report the exit.
+				s.out.discard()
+				return
+			}
+		}
+	}
+}
+
+// lineQueue is the queue of lines to a runtime's stdin: pushed without
+// blocking by the session, taken in batches by the writer.
+type lineQueue struct {
+	mu         sync.Mutex
+	lines      [][]byte
+	bytes      int
+	closed     bool
+	discarding bool
+	ready      chan struct{} // capacity 1: lines were pushed or the queue closed
+}
+
+func newLineQueue() *lineQueue { return &lineQueue{ready: make(chan struct{}, 1)} }
+
+// push queues line and returns the bytes now waiting; ok is false once the
+// queue is closed.
+func (q *lineQueue) push(line []byte) (pending int, ok bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return 0, false
+	}
+	if !q.discarding {
+		q.lines = append(q.lines, line)
+		q.bytes += len(line)
+	}
+	q.wake()
+	return q.bytes, true
+}
+
+// take waits for lines and returns them all; ok is false when the queue
+// is closed and empty.
+func (q *lineQueue) take() (lines [][]byte, ok bool) {
+	for {
+		q.mu.Lock()
+		if len(q.lines) > 0 {
+			lines, q.lines, q.bytes = q.lines, nil, 0
+			q.mu.Unlock()
+			return lines, true
+		}
+		closed := q.closed
+		q.mu.Unlock()
+		if closed {
+			return nil, false
+		}
+		<-q.ready
+	}
+}
+
+func (q *lineQueue) close() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.closed = true
+	q.wake()
+}
+
+// discard drops what is queued and everything pushed later.
+func (q *lineQueue) discard() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.discarding, q.lines, q.bytes = true, nil, 0
+}
+
+func (q *lineQueue) wake() {
+	select {
+	case q.ready <- struct{}{}:
+	default:
 	}
 }
 

@@ -247,9 +247,12 @@ func (s *Session) handleLine(l *loop, ev lineEvent) {
 			s.refuse(bcp.ProtocolError, "result without a prompt or delivery in progress", env.Raw)
 			return
 		}
+		// A delivery's end is recorded by the router (delivery_acked).
+		if _, ok := l.inFlight.msg.(runtime.ResponseDelivery); !ok {
+			s.audit("turn_done", "", "", env.Raw)
+		}
 		l.inFlight.done <- nil
 		l.inFlight = nil
-		s.audit("turn_done", "", "", env.Raw)
 		s.dispatch(l)
 	case runtime.TypeReady:
 		s.refuse(bcp.ProtocolError, "ready sent twice", env.Raw)

@@ -88,20 +88,19 @@ func (s *Store) AddApprovalThen(a Approval, events []Event, then func(Approval, 
 	s.writeThen(addApproval(&a, events), func(err error) { then(a, err) })
 }
 
-func addApproval(stored *Approval, events []Event) func(*sql.Tx) error {
+func addApproval(stored *Approval, events []Event) func(*wtx) error {
 	stored.Status = ApprovalPending
 	stored.SHA256 = ContentHash(stored.Response)
 	if stored.ID == "" {
 		stored.ID = NewID("ap-", 8)
 	}
 	events = withRef(events, stored.ID)
-	return func(tx *sql.Tx) error {
+	return func(tx *wtx) error {
 		anomalies, err := json.Marshal(nonNilAnomalies(stored.Anomalies))
 		if err != nil {
 			return err
 		}
-		res, err := tx.Exec(`INSERT INTO approvals (id, status, controller, reader, subscription_id, query_id, request_id,
-			category, directive, response, sha256, anomalies, bits, created_at, expires_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		res, err := tx.Exec(sqlInsertApproval,
 			stored.ID, string(stored.Status), stored.Controller, stored.Reader, stored.SubscriptionID, stored.QueryID,
 			stored.RequestID, int(stored.Category), stored.Directive, string(stored.Response), stored.SHA256,
 			string(anomalies), stored.Bits, millis(stored.CreatedAt), millis(stored.ExpiresAt))
@@ -144,9 +143,9 @@ func (s *Store) Decide(ctx context.Context, d Decision) (*Approval, *Delivery, e
 	var a *Approval
 	var dl *Delivery
 	var expired bool
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *wtx) error {
 		a, dl, expired = nil, nil, false
-		items, err := scanApprovals(tx.Query(`SELECT `+approvalColumns+` FROM approvals WHERE id = ?`, d.ID))
+		items, err := scanApprovals(tx.Query(sqlApprovalByID, d.ID))
 		if err != nil {
 			return err
 		}
@@ -164,7 +163,7 @@ func (s *Store) Decide(ctx context.Context, d Decision) (*Approval, *Delivery, e
 		if status == ApprovalApproved && !d.At.Before(a.ExpiresAt) {
 			status, reason, expired = ApprovalExpired, "expired before it was approved", true
 		}
-		if _, err := tx.Exec(`UPDATE approvals SET status = ?, decided_at = ?, decided_by = ?, reason = ?, note = ? WHERE id = ?`,
+		if _, err := tx.Exec(sqlDecideApproval,
 			string(status), millis(d.At), d.By, reason, d.Note, a.ID); err != nil {
 			return fmt.Errorf("decide approval: %w", err)
 		}

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -45,7 +44,7 @@ type Delivery struct {
 const deliveryColumns = `seq, id, controller, reader, subscription_id, query_id, request_id, approval_id,
 	category, response, anomalies, bits, state, attempts, created_at, done_at, done_detail`
 
-func insertDelivery(tx *sql.Tx, d *Delivery) error {
+func insertDelivery(tx *wtx, d *Delivery) error {
 	if d.ID == "" {
 		d.ID = NewID("dl-", 16)
 	}
@@ -54,8 +53,7 @@ func insertDelivery(tx *sql.Tx, d *Delivery) error {
 	if err != nil {
 		return err
 	}
-	res, err := tx.Exec(`INSERT INTO deliveries (id, controller, reader, subscription_id, query_id, request_id,
-		approval_id, category, response, anomalies, bits, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`,
+	res, err := tx.Exec(sqlInsertDelivery,
 		d.ID, d.Controller, d.Reader, d.SubscriptionID, d.QueryID, d.RequestID, d.ApprovalID,
 		int(d.Category), string(d.Response), string(anomalies), d.Bits, millis(d.CreatedAt))
 	if err != nil {
@@ -85,12 +83,12 @@ func (s *Store) AddDeliveryThen(d Delivery, events []Event, then func(Delivery, 
 	s.writeThen(addDelivery(&d, events), func(err error) { then(d, err) })
 }
 
-func addDelivery(d *Delivery, events []Event) func(*sql.Tx) error {
+func addDelivery(d *Delivery, events []Event) func(*wtx) error {
 	if d.ID == "" {
 		d.ID = NewID("dl-", 16)
 	}
 	events = withRef(events, d.ID)
-	return func(tx *sql.Tx) error {
+	return func(tx *wtx) error {
 		if err := insertDelivery(tx, d); err != nil {
 			return err
 		}
@@ -98,14 +96,18 @@ func addDelivery(d *Delivery, events []Event) func(*sql.Tx) error {
 	}
 }
 
-// MarkAttempted counts a send of the delivery. It does not wait for the
+// MarkAttempted counts a send of the delivery and records its events. It
+// does not wait for the
 // commit: a crash can lose the count, and then the next send after a
 // restart says redelivered false for a delivery the runtime may have seen
 // already. Its delivery_id still lets the runtime drop the duplicate.
-func (s *Store) MarkAttempted(id string) {
-	s.writeAsync(func(tx *sql.Tx) error {
-		_, err := tx.Exec(`UPDATE deliveries SET attempts = attempts + 1 WHERE id = ?`, id)
-		return err
+func (s *Store) MarkAttempted(id string, events ...Event) {
+	events = withRef(events, id)
+	s.writeAsync(func(tx *wtx) error {
+		if _, err := tx.Exec(sqlMarkAttempted, id); err != nil {
+			return err
+		}
+		return insertEvents(tx, events)
 	})
 }
 
@@ -115,8 +117,8 @@ func (s *Store) MarkAttempted(id string) {
 // again after a restart and the runtime drops it by its delivery_id.
 func (s *Store) FinishDelivery(id string, state DeliveryState, detail string, at time.Time, events ...Event) {
 	events = withRef(events, id)
-	s.writeAsync(func(tx *sql.Tx) error {
-		res, err := tx.Exec(`UPDATE deliveries SET state = ?, done_at = ?, done_detail = ? WHERE id = ? AND state = 'pending'`,
+	s.writeAsync(func(tx *wtx) error {
+		res, err := tx.Exec(sqlFinishDelivery,
 			string(state), millis(at), detail, id)
 		if err != nil {
 			return err

@@ -3,7 +3,6 @@ package store
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"fmt"
 	"time"
 )
@@ -31,14 +30,13 @@ type Event struct {
 // MaxPayload bounds Event.Payload.
 const MaxPayload = 1024
 
-func insertEvents(tx *sql.Tx, events []Event) error {
+func insertEvents(tx *wtx, events []Event) error {
 	for _, e := range events {
 		payload := e.Payload
 		if len(payload) > MaxPayload {
 			payload = payload[:MaxPayload]
 		}
-		if _, err := tx.Exec(`INSERT INTO events (time, kind, agent, peer, code, detail, category, bits, ref, payload)
-			VALUES (?,?,?,?,?,?,?,?,?,?)`, millis(e.Time), e.Kind, e.Agent, e.Peer, e.Code, e.Detail,
+		if _, err := tx.Exec(sqlInsertEvent, millis(e.Time), e.Kind, e.Agent, e.Peer, e.Code, e.Detail,
 			e.Category, e.Bits, e.Ref, payload); err != nil {
 			return fmt.Errorf("insert event: %w", err)
 		}
@@ -67,12 +65,12 @@ func withRef(events []Event, ref string) []Event {
 // or a decision are written in the same transaction as it.
 func (s *Store) Append(events ...Event) {
 	events = withRef(events, "")
-	s.writeAsync(func(tx *sql.Tx) error { return insertEvents(tx, events) })
+	s.writeAsync(func(tx *wtx) error { return insertEvents(tx, events) })
 }
 
 // AppendSync stores events and waits until they are durable.
 func (s *Store) AppendSync(ctx context.Context, events ...Event) error {
-	return s.write(ctx, func(tx *sql.Tx) error { return insertEvents(tx, events) })
+	return s.write(ctx, func(tx *wtx) error { return insertEvents(tx, events) })
 }
 
 // Events returns up to limit events with Seq > since, oldest first.

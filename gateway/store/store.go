@@ -50,7 +50,8 @@ type Store struct {
 	mu     sync.RWMutex // held for reading while submitting; Close takes it
 	closed bool
 	ops    chan op
-	done   chan struct{} // closed when the writer has exited
+	done   chan struct{}        // closed when the writer has exited
+	stmts  map[string]*sql.Stmt // prepared on wdb at Open; read-only after
 }
 
 // op is one write. The writer runs fn inside the batch's transaction, in a
@@ -59,8 +60,33 @@ type Store struct {
 // write nobody waits for). done runs on the writer goroutine: it must not
 // block.
 type op struct {
-	fn   func(*sql.Tx) error
+	fn   func(*wtx) error
 	done func(error)
+}
+
+// wtx is the writer's transaction. Its Exec and Query use the statements
+// prepared at Open: parsing SQL was most of the writer's time.
+type wtx struct {
+	*sql.Tx
+	s *Store
+}
+
+// Exec runs query in the transaction, prepared if it is one of
+// writeStatements.
+func (t *wtx) Exec(query string, args ...any) (sql.Result, error) {
+	if st, ok := t.s.stmts[query]; ok {
+		return t.Tx.Stmt(st).Exec(args...)
+	}
+	return t.Tx.Exec(query, args...)
+}
+
+// Query runs query in the transaction, prepared if it is one of
+// writeStatements.
+func (t *wtx) Query(query string, args ...any) (*sql.Rows, error) {
+	if st, ok := t.s.stmts[query]; ok {
+		return t.Tx.Stmt(st).Query(args...)
+	}
+	return t.Tx.Query(query, args...)
 }
 
 // Open opens or creates the state file at path (mode 0600), applies the
@@ -94,7 +120,18 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("open state %s: %w", path, err)
 	}
 	rdb.SetMaxOpenConns(4)
-	s := &Store{path: path, wdb: wdb, rdb: rdb, ops: make(chan op, 4*maxBatch), done: make(chan struct{})}
+	s := &Store{path: path, wdb: wdb, rdb: rdb, ops: make(chan op, 4*maxBatch), done: make(chan struct{}), stmts: map[string]*sql.Stmt{}}
+	// Prepared on the one write connection while it is free; a
+	// transaction on it then reuses them.
+	for _, q := range writeStatements() {
+		st, err := wdb.Prepare(q)
+		if err != nil {
+			wdb.Close()
+			rdb.Close()
+			return nil, fmt.Errorf("state %s: prepare: %w", path, err)
+		}
+		s.stmts[q] = st
+	}
 	go s.writer()
 	return s, nil
 }
@@ -159,6 +196,9 @@ func (s *Store) Close() error {
 	close(s.ops)
 	s.mu.Unlock()
 	<-s.done
+	for _, st := range s.stmts {
+		st.Close()
+	}
 	return errors.Join(s.wdb.Close(), s.rdb.Close())
 }
 
@@ -179,13 +219,13 @@ func (s *Store) submit(o op) error {
 // once; if fn has started, write waits for the outcome of its commit.
 // (fn never runs after write has returned, so it may set the caller's
 // variables.)
-func (s *Store) write(ctx context.Context, fn func(*sql.Tx) error) error {
+func (s *Store) write(ctx context.Context, fn func(*wtx) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	var claimed atomic.Bool // by the writer running fn, or by the caller giving up
 	done := make(chan error, 1)
-	run := func(tx *sql.Tx) error {
+	run := func(tx *wtx) error {
 		if !claimed.CompareAndSwap(false, true) {
 			return context.Canceled // nobody waits for it any more
 		}
@@ -208,7 +248,7 @@ func (s *Store) write(ctx context.Context, fn func(*sql.Tx) error) error {
 // writeThen queues fn and calls then with the outcome once it is durable,
 // on the writer goroutine: then must not block. If the store is closed,
 // then runs at once with ErrClosed.
-func (s *Store) writeThen(fn func(*sql.Tx) error, then func(error)) {
+func (s *Store) writeThen(fn func(*wtx) error, then func(error)) {
 	if err := s.submit(op{fn: fn, done: then}); err != nil {
 		then(err)
 	}
@@ -216,7 +256,7 @@ func (s *Store) writeThen(fn func(*sql.Tx) error, then func(error)) {
 
 // writeAsync queues fn without waiting for it; a failure is lost, so it
 // is only for records whose loss the design tolerates (see callers).
-func (s *Store) writeAsync(fn func(*sql.Tx) error) {
+func (s *Store) writeAsync(fn func(*wtx) error) {
 	_ = s.submit(op{fn: fn})
 }
 
@@ -251,8 +291,9 @@ func (s *Store) commit(batch []op) {
 		if err != nil {
 			return err
 		}
+		w := &wtx{Tx: tx, s: s}
 		for i, o := range batch {
-			errs[i] = savepoint(tx, o.fn)
+			errs[i] = savepoint(w, o.fn)
 		}
 		return tx.Commit()
 	}()
@@ -269,16 +310,16 @@ func (s *Store) commit(batch []op) {
 }
 
 // savepoint runs fn so that its failure undoes only its own changes.
-func savepoint(tx *sql.Tx, fn func(*sql.Tx) error) error {
-	if _, err := tx.Exec("SAVEPOINT op"); err != nil {
+func savepoint(tx *wtx, fn func(*wtx) error) error {
+	if _, err := tx.Exec(sqlSavepoint); err != nil {
 		return err
 	}
 	if err := fn(tx); err != nil {
-		_, _ = tx.Exec("ROLLBACK TO op")
-		_, _ = tx.Exec("RELEASE op")
+		_, _ = tx.Exec(sqlRollbackTo)
+		_, _ = tx.Exec(sqlRelease)
 		return err
 	}
-	_, err := tx.Exec("RELEASE op")
+	_, err := tx.Exec(sqlRelease)
 	return err
 }
 

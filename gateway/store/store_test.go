@@ -94,7 +94,7 @@ func barrier(t testing.TB, s *Store) {
 func holdWriter(t testing.TB, s *Store) (release func()) {
 	t.Helper()
 	started, hold := make(chan struct{}), make(chan struct{})
-	s.writeAsync(func(*sql.Tx) error {
+	s.writeAsync(func(*wtx) error {
 		close(started)
 		<-hold
 		return nil
@@ -586,8 +586,8 @@ func TestFailingWriteDoesNotUndoItsBatch(t *testing.T) {
 		release := holdWriter(t, s)
 		// Everything below is queued behind the held writer, so it is
 		// committed in one transaction.
-		good := func(id string) func(*sql.Tx) error {
-			return func(tx *sql.Tx) error {
+		good := func(id string) func(*wtx) error {
+			return func(tx *wtx) error {
 				d := sampleDelivery(0)
 				d.ID = id
 				if err := insertDelivery(tx, d); err != nil {
@@ -596,7 +596,7 @@ func TestFailingWriteDoesNotUndoItsBatch(t *testing.T) {
 				return insertEvents(tx, []Event{{Kind: "good", Ref: id}})
 			}
 		}
-		bad := func(tx *sql.Tx) error {
+		bad := func(tx *wtx) error {
 			// Writes something, then fails: the something must go too.
 			if err := insertEvents(tx, []Event{{Kind: "bad"}}); err != nil {
 				return err
@@ -605,7 +605,7 @@ func TestFailingWriteDoesNotUndoItsBatch(t *testing.T) {
 			d.ID = "dl-a" // taken by the first write of the batch
 			return insertDelivery(tx, d)
 		}
-		fns := []func(*sql.Tx) error{good("dl-a"), bad, good("dl-b"), bad, good("dl-c")}
+		fns := []func(*wtx) error{good("dl-a"), bad, good("dl-b"), bad, good("dl-c")}
 		dones := make([]chan error, len(fns))
 		for i, fn := range fns {
 			dones[i] = make(chan error, 1)
@@ -1472,7 +1472,7 @@ func TestWriteWithEndedContext(t *testing.T) {
 		started, hold := make(chan struct{}), make(chan struct{})
 		errc := make(chan error, 1)
 		go func() {
-			errc <- s.write(ctx, func(tx *sql.Tx) error {
+			errc <- s.write(ctx, func(tx *wtx) error {
 				close(started)
 				<-hold
 				return insertEvents(tx, []Event{{Kind: "ran"}})

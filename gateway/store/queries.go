@@ -1,0 +1,24 @@
+package store
+
+// The statements of the write path, prepared once when the store opens
+// (see wtx).
+const (
+	sqlInsertApproval = `INSERT INTO approvals (id, status, controller, reader, subscription_id, query_id, request_id,
+			category, directive, response, sha256, anomalies, bits, created_at, expires_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`
+	sqlApprovalByID   = `SELECT ` + approvalColumns + ` FROM approvals WHERE id = ?`
+	sqlDecideApproval = `UPDATE approvals SET status = ?, decided_at = ?, decided_by = ?, reason = ?, note = ? WHERE id = ?`
+	sqlInsertDelivery = `INSERT INTO deliveries (id, controller, reader, subscription_id, query_id, request_id,
+		approval_id, category, response, anomalies, bits, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`
+	sqlMarkAttempted  = `UPDATE deliveries SET attempts = attempts + 1 WHERE id = ?`
+	sqlFinishDelivery = `UPDATE deliveries SET state = ?, done_at = ?, done_detail = ? WHERE id = ? AND state = 'pending'`
+	sqlInsertEvent    = `INSERT INTO events (time, kind, agent, peer, code, detail, category, bits, ref, payload)
+			VALUES (?,?,?,?,?,?,?,?,?,?)`
+	sqlSavepoint  = "SAVEPOINT op"
+	sqlRollbackTo = "ROLLBACK TO op"
+	sqlRelease    = "RELEASE op"
+)
+
+// writeStatements lists the statements Open prepares.
+func writeStatements() []string {
+	return []string{sqlInsertApproval, sqlApprovalByID, sqlDecideApproval, sqlInsertDelivery, sqlMarkAttempted, sqlFinishDelivery, sqlInsertEvent, sqlSavepoint, sqlRollbackTo, sqlRelease}
+}
