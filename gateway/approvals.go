@@ -15,6 +15,9 @@ import (
 // because its channel or subscription is gone; the item is dropped.
 var ErrRevoked = errors.New("channel or subscription revoked")
 
+// ErrNotRunning is returned by decisions made before Run has started.
+var ErrNotRunning = errors.New("gateway is not running yet")
+
 // heldItem is who must hear about an approval item's decision: the Reader
 // session that sent it and, for an answer, the query it answers. It is
 // kept in memory only: after a restart, decisions are recorded and
@@ -42,11 +45,17 @@ func (g *Gateway) Approval(ctx context.Context, id string) (*store.Approval, err
 // once), store.ErrHashMismatch, store.ErrExpired and ErrRevoked; on the
 // last two the item is closed and the Reader told.
 func (g *Gateway) Approve(ctx context.Context, id, sha256, by, note string) (*store.Approval, error) {
+	if err := g.waitRunning(ctx); err != nil {
+		return nil, err
+	}
 	item, err := g.cfg.Store.Approval(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	if item.Status == store.ApprovalPending {
+	// A revoked item is dropped, but only by the approval of a reviewer
+	// who saw it, and while it could still have been approved; otherwise
+	// Decide says why not.
+	if item.Status == store.ApprovalPending && item.SHA256 == sha256 && g.now().Before(item.ExpiresAt) {
 		if why := g.revoked(item.Controller, item.Reader, item.SubscriptionID, item.QueryID != ""); why != "" {
 			return g.drop(ctx, item, why)
 		}
@@ -69,6 +78,9 @@ func (g *Gateway) Approve(ctx context.Context, id, sha256, by, note string) (*st
 // approval_rejected with the reason. If sha256 is not empty it must match
 // the item's content hash.
 func (g *Gateway) Reject(ctx context.Context, id, sha256, by, reason string) (*store.Approval, error) {
+	if err := g.waitRunning(ctx); err != nil {
+		return nil, err
+	}
 	a, _, err := g.cfg.Store.Decide(ctx, store.Decision{ID: id, Status: store.ApprovalRejected, SHA256: sha256, By: by, Reason: reason, At: g.now()})
 	if err != nil {
 		return a, err
@@ -80,6 +92,19 @@ func (g *Gateway) Reject(ctx context.Context, id, sha256, by, reason string) (*s
 	g.log.Info("approval item rejected", "id", a.ID, "by", by, "reason", reason)
 	g.closeHeld(a, bcp.Errorf(bcp.ApprovalRejected, "%s rejected by reviewer: %s", what, reason))
 	return a, nil
+}
+
+// waitRunning refuses decisions until Run has loaded the deliveries left
+// from before: a decision delivers through the outbox, which Run starts.
+func (g *Gateway) waitRunning(ctx context.Context) error {
+	select {
+	case <-g.running:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	default:
+		return ErrNotRunning
+	}
 }
 
 // drop closes an item whose channel or subscription is gone.

@@ -35,6 +35,8 @@ func TestBudgetControllerPoolExhaustsAfterExactlyTheExpectedPushes(t *testing.T)
 		}
 	}
 	e.waitRecords("main", "applied", 2)
+	// Refusals are recorded in the background: wait for the third.
+	checkFor(t, testWait, pollStep, func() bool { return len(e.events("refused", "budget_exhausted")) >= 3 })
 	if n := len(e.events("refused", "budget_exhausted")); n != 3 {
 		t.Errorf("%d budget_exhausted events, want 3", n)
 	}

@@ -61,11 +61,12 @@ type e2e struct {
 	gw    *Gateway
 	store *store.Store
 	logs  *syncBuffer
+	run   func() // starts the gateway (newE2E); runE2E and startE2E have called it
 	stop  func()
 }
 
 // testrtVars are the TESTRT_* variables every agent's env names.
-var testrtVars = []string{"LOG", "PUBLISH", "ANSWERS", "SILENT", "QUERIES", "CRASH_AT"}
+var testrtVars = []string{"LOG", "PUBLISH", "ANSWERS", "ANSWER_ALL", "SILENT", "QUERIES", "CRASH_AT"}
 
 // startE2E writes the agents' definitions, loads them as a set, and runs a
 // Gateway on them with a store in a temp dir. The gateway stops at the
@@ -73,6 +74,15 @@ var testrtVars = []string{"LOG", "PUBLISH", "ANSWERS", "SILENT", "QUERIES", "CRA
 func startE2E(t *testing.T, specs []agentSpec, tune func(*Config)) *e2e {
 	t.Helper()
 	dir := t.TempDir()
+	set, vars := writeAgents(t, dir, specs)
+	return runE2E(t, dir, set, vars, tune)
+}
+
+// writeAgents writes the agents' definitions into dir and loads them as a
+// set. It returns the set and the gateway environment their ${VAR}s are
+// expanded from; each agent's testrt log is dir/<name>.log.
+func writeAgents(t *testing.T, dir string, specs []agentSpec) (*agents.Set, map[string]string) {
+	t.Helper()
 	vars := map[string]string{"PATH": os.Getenv("PATH"), "HOME": dir}
 	for _, a := range specs {
 		var b strings.Builder
@@ -93,6 +103,23 @@ func startE2E(t *testing.T, specs []agentSpec, tune func(*Config)) *e2e {
 	if err != nil {
 		t.Fatalf("definitions: %v", err)
 	}
+	return set, vars
+}
+
+// runE2E opens the store dir/bcpgw.db (creating it, or reopening what an
+// earlier run left) and runs a Gateway on set with it until e.stop, which
+// also closes the store, or the end of the test. tune, if set, adjusts
+// the config.
+func runE2E(t *testing.T, dir string, set *agents.Set, vars map[string]string, tune func(*Config)) *e2e {
+	t.Helper()
+	e := newE2E(t, dir, set, vars, tune)
+	e.run()
+	return e
+}
+
+// newE2E is runE2E without starting the gateway: e.run starts it.
+func newE2E(t *testing.T, dir string, set *agents.Set, vars map[string]string, tune func(*Config)) *e2e {
+	t.Helper()
 	st, err := store.Open(filepath.Join(dir, "bcpgw.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -116,22 +143,29 @@ func startE2E(t *testing.T, specs []agentSpec, tune func(*Config)) *e2e {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- gw.Run(ctx) }()
 	e := &e2e{t: t, dir: dir, gw: gw, store: st, logs: logs}
-	stopped := false
+	started, stopped := false, false
+	e.run = func() {
+		if !started {
+			started = true
+			go func() { done <- gw.Run(ctx) }()
+		}
+	}
 	e.stop = func() {
 		if stopped {
 			return
 		}
 		stopped = true
 		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("gateway Run: %v", err)
+		if started {
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("gateway Run: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Errorf("gateway did not stop")
 			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("gateway did not stop")
 		}
 		if err := st.Close(); err != nil {
 			t.Errorf("close store: %v", err)

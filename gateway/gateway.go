@@ -64,7 +64,8 @@ type Gateway struct {
 	queries map[string]*pendingQuery
 	held    map[string]heldItem // by approval id
 
-	outbox *outbox
+	outbox  *outbox
+	running chan struct{} // closed once Run has loaded what the store holds
 	// ctx is Run's context: goroutines started on behalf of a message
 	// (query dispatch) live at most as long as Run. Set before any session
 	// can exist.
@@ -99,6 +100,7 @@ func New(cfg Config) (*Gateway, error) {
 		budgets: newBudgets(),
 		queries: map[string]*pendingQuery{},
 		held:    map[string]heldItem{},
+		running: make(chan struct{}),
 	}
 	g.set.Store(cfg.Set)
 	g.outbox = &outbox{g: g, couriers: map[string]*courier{}}
@@ -135,6 +137,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	for _, d := range pending {
 		g.outbox.enqueue(d)
 	}
+	close(g.running)
 	g.wg.Add(1)
 	go func() {
 		defer g.wg.Done()

@@ -20,29 +20,34 @@ import (
 )
 
 // BenchmarkPushVsRelay sends the same pushes between the same two runtime
-// processes (internal/benchrt) twice: through the gateway, with
-// validation, budgets and the durable store, and through a raw relay that
-// only copies lines. It reports, side by side, the pushes a second each
-// sustains (the reader publishes as fast as it can) and the latency from
-// publish to delivery at a steady 1,000 pushes a second, and the ratio of
-// the two throughputs.
+// processes (internal/benchrt) three ways: through the gateway, with
+// validation, budgets and the durable store; through a raw relay that
+// only copies lines; and through an acknowledging relay that copies lines
+// but, like the protocol (PROTOCOL.md section 5, Delivery), sends the
+// next delivery only after the controller's result for the one before.
+// It reports, side by side, the pushes a second each sustains (the reader
+// publishes as fast as it can), the latency from publish to delivery at a
+// steady 1,000 pushes a second, and the ratios of the throughputs.
 func BenchmarkPushVsRelay(b *testing.B) {
 	const (
 		burst = 5000 // pushes of the throughput run
 		rate  = 1000 // pushes a second of the latency run
 		paced = 3000 // pushes of the latency run
 	)
-	var gwRate, relayRate float64
+	var gwRate, relayRate, ackedRate float64
 	var gwLat, relayLat []time.Duration
 	for range b.N {
 		gwRate = throughput(runPushes(b, viaGateway, burst, 0))
-		relayRate = throughput(runPushes(b, viaRelay, burst, 0))
+		relayRate = throughput(runPushes(b, viaRelay(false), burst, 0))
+		ackedRate = throughput(runPushes(b, viaRelay(true), burst, 0))
 		gwLat = latencies(runPushes(b, viaGateway, paced, rate))
-		relayLat = latencies(runPushes(b, viaRelay, paced, rate))
+		relayLat = latencies(runPushes(b, viaRelay(false), paced, rate))
 	}
 	b.ReportMetric(gwRate, "gw-push/s")
 	b.ReportMetric(relayRate, "relay-push/s")
+	b.ReportMetric(ackedRate, "acked-relay-push/s")
 	b.ReportMetric(gwRate/relayRate, "ratio")
+	b.ReportMetric(gwRate/ackedRate, "ratio-acked")
 	b.ReportMetric(micros(percentile(gwLat, 50)), "gw-p50-µs")
 	b.ReportMetric(micros(percentile(gwLat, 99)), "gw-p99-µs")
 	b.ReportMetric(micros(percentile(relayLat, 50)), "relay-p50-µs")
@@ -164,8 +169,13 @@ bcp_channels:
 
 // viaRelay runs the pair with a minimal relay between them: the start and
 // ready handshake, the subscription announcement, then every line of each
-// copied as is to the other.
-func viaRelay(b *testing.B, _ string, reader, controller []string) {
+// copied as is to the other. An acked relay waits for the controller's
+// result line after each line it gives the controller.
+func viaRelay(acked bool) pushPath {
+	return func(b *testing.B, dir string, reader, controller []string) { relay(b, acked, reader, controller) }
+}
+
+func relay(b *testing.B, acked bool, reader, controller []string) {
 	b.Helper()
 	type proc struct {
 		cmd *exec.Cmd
@@ -215,8 +225,25 @@ func viaRelay(b *testing.B, _ string, reader, controller []string) {
 			}
 		}
 	}
-	go copyLines(c.in, r.out)
-	go copyLines(r.in, c.out)
+	if acked {
+		go func() {
+			w := bufio.NewWriter(c.in)
+			for {
+				line, err := r.out.ReadSlice('\n')
+				if err != nil {
+					return
+				}
+				w.Write(line)
+				w.Flush()
+				if _, err := c.out.ReadSlice('\n'); err != nil { // its result
+					return
+				}
+			}
+		}()
+	} else {
+		go copyLines(c.in, r.out)
+		go copyLines(r.in, c.out)
+	}
 	io.WriteString(r.in, `{"type":"bcp_subscriptions_active","subscriptions":[{"subscription_id":"load","controller":"main","category":2}]}`+"\n")
 	waitFile(b, controller[3])
 }

@@ -126,7 +126,8 @@ func (g *Gateway) admit(reply *PendingReply, a admitted) {
 	if a.query != nil {
 		kind = "answer_accepted"
 	}
-	ev := store.Event{Time: g.now(), Kind: kind, Agent: reader, Peer: controller, Detail: a.detail, Category: int(a.spec.Category), Bits: a.bits}
+	now := g.now()
+	ev := store.Event{Time: now, Kind: kind, Agent: reader, Peer: controller, Detail: a.detail, Category: int(a.spec.Category), Bits: a.bits}
 	// undo gives back the charge of a push the store could not keep: it
 	// was never accepted. (A query's charge stays: the query was sent.)
 	undo := func(err error) {
@@ -147,7 +148,7 @@ func (g *Gateway) admit(reply *PendingReply, a admitted) {
 	if a.result.Route == bcp.RouteDeliver {
 		d := store.Delivery{
 			Controller: controller, Reader: reader, SubscriptionID: a.subID, RequestID: requestID,
-			Category: a.spec.Category, Response: response, Anomalies: a.result.Anomalies, Bits: a.bits, CreatedAt: g.now(),
+			Category: a.spec.Category, Response: response, Anomalies: a.result.Anomalies, Bits: a.bits, CreatedAt: now,
 		}
 		if a.query != nil {
 			d.QueryID = a.query.id
@@ -166,7 +167,7 @@ func (g *Gateway) admit(reply *PendingReply, a admitted) {
 	item := store.Approval{
 		Controller: controller, Reader: reader, SubscriptionID: a.subID, RequestID: requestID,
 		Category: a.spec.Category, Directive: a.spec.Directive, Response: response, Anomalies: a.result.Anomalies,
-		Bits: a.bits, CreatedAt: g.now(), ExpiresAt: g.now().Add(g.cfg.ApprovalTTL),
+		Bits: a.bits, CreatedAt: now, ExpiresAt: now.Add(g.cfg.ApprovalTTL),
 	}
 	if a.query != nil {
 		item.QueryID = a.query.id

@@ -647,6 +647,7 @@ func (s *Session) audit(kind string, code bcp.Code, detail string, payload []byt
 
 // refuse answers a runtime line with an error message and audits it.
 func (s *Session) refuse(code bcp.Code, detail string, payload []byte) {
-	s.audit("refused", code, detail, payload)
-	_ = s.send(runtime.Error{Type: runtime.TypeError, Message: string(code) + ": " + detail})
+	msg := string(code) + ": " + detail
+	s.audit("refused", code, msg, payload)
+	_ = s.send(runtime.Error{Type: runtime.TypeError, Message: msg})
 }

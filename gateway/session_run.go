@@ -267,9 +267,9 @@ func (s *Session) handleLine(l *loop, ev lineEvent) {
 		if !s.cfg.Def.HasTool(agents.ToolQuery) {
 			// Answered the way a refused query is, so the runtime's
 			// waiting call ends; and audited.
-			detail := fmt.Sprintf("Agent '%s' does not have the %s tool", s.name, agents.ToolQuery)
-			s.audit("refused", bcp.ToolNotAllowed, detail, env.Raw)
-			s.Reply(runtime.QueryError{Type: runtime.TypeQueryError, RequestID: q.RequestID, ToAgent: q.To, Reason: string(bcp.ToolNotAllowed) + ": " + detail})
+			reason := bcp.Errorf(bcp.ToolNotAllowed, "Agent '%s' does not have the %s tool", s.name, agents.ToolQuery).Error()
+			s.audit("refused", bcp.ToolNotAllowed, reason, env.Raw)
+			s.Reply(runtime.QueryError{Type: runtime.TypeQueryError, RequestID: q.RequestID, ToAgent: q.To, Reason: reason})
 			return
 		}
 		s.route(env)
@@ -288,10 +288,9 @@ func (s *Session) handleLine(l *loop, ev lineEvent) {
 			tool = agents.ToolPublish
 		}
 		if !s.cfg.Def.HasTool(tool) {
-			detail := fmt.Sprintf("Agent '%s' does not have the %s tool", s.name, tool)
+			detail := bcp.Errorf(bcp.ToolNotAllowed, "Agent '%s' does not have the %s tool", s.name, tool).Error()
 			s.audit("refused", bcp.ToolNotAllowed, detail, env.Raw)
-			s.Reply(runtime.ValidationResult{Type: runtime.TypeValidationResult, QueryID: r.QueryID, SubscriptionID: r.SubscriptionID,
-				Detail: string(bcp.ToolNotAllowed) + ": " + detail})
+			s.Reply(runtime.ValidationResult{Type: runtime.TypeValidationResult, QueryID: r.QueryID, SubscriptionID: r.SubscriptionID, Detail: detail})
 			return
 		}
 		s.route(env)
