@@ -45,6 +45,10 @@ func TestDeliveriesPendingFromAnEarlierRunAreSentAndRevokedOnesDropped(t *testin
 			}
 		}
 		c.Store.MarkAttempted(kept.ID) // sent once before the "crash"
+		// Writes commit in order: once this one is durable, so is the mark.
+		if err := c.Store.AppendSync(ctx, store.Event{Time: time.Now(), Kind: "test_barrier"}); err != nil {
+			t.Fatal(err)
+		}
 	})
 	applied := e.waitRecords("main", "applied", 1)
 	d := e.records("main", "delivery")
