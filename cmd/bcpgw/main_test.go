@@ -303,8 +303,8 @@ func TestValidateExamples(t *testing.T) {
 		`(?m)^\.\./\.\./examples/agents: valid: 2 agents, 1 channel, 3 subscriptions$`,
 		`(?m)^agent main  \(\.\./\.\./examples/agents/main\.md\)$`,
 		`(?m)^agent researcher  \(\.\./\.\./examples/agents/researcher\.md\)$`,
-		`(?m)^  channel to researcher: controller, max category 3 \(effective 3\), budget 4000 bits \(main\), 4000 bits \(researcher\)$`,
-		`(?m)^  channel to main: reader, max category 3 \(effective 3\), budget 4000 bits \(main\), 4000 bits \(researcher\)$`,
+		`(?m)^  channel to researcher: controller, max category 3 \(effective 3\), budget 20000 bits \(main\), 20000 bits \(researcher\)$`,
+		`(?m)^  channel to main: reader, max category 3 \(effective 3\), budget 20000 bits \(main\), 20000 bits \(researcher\)$`,
 		`(?m)^    subscription research-findings +Cat-2 +671\.0 bits per push +3 questions$`,
 		`(?m)^    subscription research-alerts +Cat-1 +3\.0 bits per push +2 fields$`,
 		`(?m)^    subscription digest +Cat-3 +1100\.0 bits per push +summary of 100 words$`,
@@ -401,7 +401,7 @@ func TestValidateExamplesJSON(t *testing.T) {
 	}
 	ch := main.Channels[0]
 	if ch.Peer != "researcher" || ch.Role != "controller" || ch.MaxCategory != 3 || ch.EffectiveMaxCategory != 3 ||
-		ch.ControllerBudgetBits != 4000 || ch.ReaderBudgetBits != 4000 {
+		ch.ControllerBudgetBits != 20000 || ch.ReaderBudgetBits != 20000 {
 		t.Errorf("main's channel = %+v", ch)
 	}
 	type sub struct {
