@@ -23,6 +23,7 @@ type outbox struct {
 // courier owns the delivery queue of one Controller.
 type courier struct {
 	controller string
+	sess       *Session // the session last delivered to; owned by the courier goroutine
 	mu         sync.Mutex
 	queue      []store.Delivery
 	wake       chan struct{} // capacity 1: something was queued
@@ -99,7 +100,7 @@ func (g *Gateway) courier(ctx context.Context, c *courier) {
 			c.pop()
 			continue
 		}
-		err := g.deliver(ctx, &d)
+		err := g.deliver(ctx, c, &d)
 		if ctx.Err() != nil {
 			return
 		}
@@ -127,12 +128,18 @@ func (g *Gateway) courier(ctx context.Context, c *courier) {
 }
 
 // deliver sends d to the Controller's session as a turn and waits for its
-// result. It counts the attempt in d.
-func (g *Gateway) deliver(ctx context.Context, d *store.Delivery) error {
-	sess, err := g.sv.Ensure(ctx, d.Controller)
-	if err != nil {
-		return err
+// result. It counts the attempt in d. Only c's goroutine calls it.
+func (g *Gateway) deliver(ctx context.Context, c *courier, d *store.Delivery) error {
+	// The session of the last delivery is asked first: the supervisor is
+	// asked only when there is none or it has ended.
+	if c.sess == nil || ended(c.sess) {
+		sess, err := g.sv.Ensure(ctx, d.Controller)
+		if err != nil {
+			return err
+		}
+		c.sess = sess
 	}
+	sess := c.sess
 	msg := runtime.ResponseDelivery{
 		Type: runtime.TypeResponseDelivery, QueryID: d.QueryID, SubscriptionID: d.SubscriptionID,
 		Category: d.Category, FromAgent: d.Reader, Response: d.Response, BandwidthBits: d.Bits,

@@ -27,22 +27,26 @@ import (
 // next delivery only after the controller's result for the one before.
 // It reports, side by side, the pushes a second each sustains (the reader
 // publishes as fast as it can), the latency from publish to delivery at a
-// steady 1,000 pushes a second, and the ratios of the throughputs.
+// steady 1,000 pushes a second, and the ratios of the throughputs, flat
+// out and at that steady rate.
 func BenchmarkPushVsRelay(b *testing.B) {
 	const (
 		burst = 5000 // pushes of the throughput run
 		rate  = 1000 // pushes a second of the latency run
 		paced = 3000 // pushes of the latency run
 	)
-	var gwRate, relayRate, ackedRate float64
+	var gwRate, relayRate, ackedRate, gwPaced, relayPaced float64
 	var gwLat, relayLat []time.Duration
 	for range b.N {
 		gwRate = throughput(runPushes(b, viaGateway, burst, 0))
 		relayRate = throughput(runPushes(b, viaRelay(false), burst, 0))
 		ackedRate = throughput(runPushes(b, viaRelay(true), burst, 0))
-		gwLat = latencies(runPushes(b, viaGateway, paced, rate))
-		relayLat = latencies(runPushes(b, viaRelay(false), paced, rate))
+		gw := runPushes(b, viaGateway, paced, rate)
+		relay := runPushes(b, viaRelay(false), paced, rate)
+		gwPaced, relayPaced = throughput(gw), throughput(relay)
+		gwLat, relayLat = latencies(gw), latencies(relay)
 	}
+	b.ReportMetric(gwPaced/relayPaced, "ratio-at-1000/s")
 	b.ReportMetric(gwRate, "gw-push/s")
 	b.ReportMetric(relayRate, "relay-push/s")
 	b.ReportMetric(ackedRate, "acked-relay-push/s")
