@@ -3,6 +3,7 @@ package gateway
 import (
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/bcp"
@@ -182,7 +183,7 @@ func (g *Gateway) admit(reply *PendingReply, a admitted) {
 		g.mu.Lock()
 		g.held[item.ID] = heldItem{reader: a.sess, query: a.query}
 		g.mu.Unlock()
-		g.log.Info("approval item waiting for an operator", "id", item.ID, "from", reader, "to", controller, "what", itemSubject(item), "expires", item.ExpiresAt)
+		g.log.Info("approval item waiting for an operator", "id", item.ID, "from", reader, "to", controller, "what", itemSubject(item), "expires", item.ExpiresAt.Format(time.RFC3339))
 		// The verdict comes when an operator decides; until then later
 		// answers to this Reader need not wait.
 		reply.Skip()

@@ -72,8 +72,8 @@ func readerHandler(logger *log.Logger, interval time.Duration) runtime.Handler {
 	}
 }
 
-// publishLoop publishes to s every interval, after an initial offset that
-// spreads the subscriptions over the interval.
+// publishLoop publishes to s at once and then every interval, after an
+// initial offset that spreads the subscriptions over the interval.
 func publishLoop(ctx context.Context, logger *log.Logger, c *runtime.Client, s runtime.ActiveSubscription, interval, offset time.Duration) {
 	select {
 	case <-ctx.Done():
@@ -83,16 +83,20 @@ func publishLoop(ctx context.Context, logger *log.Logger, c *runtime.Client, s r
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for n := 0; ; n++ {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
+		if n > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
 		}
 		if s.Category == bcp.Cat3 {
 			logger.Printf("[INFO] publishing %s; it waits for an operator's decision", s.SubscriptionID)
 		}
 		r, err := c.Publish(ctx, s.SubscriptionID, s.Controller, sample(s.Category, s.Fields, s.Questions, n))
 		switch {
+		case ctx.Err() != nil:
+			return // the session is ending
 		case err != nil:
 			logger.Printf("[WARN] publish %s: %v", s.SubscriptionID, err)
 		case r.Success:
