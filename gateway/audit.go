@@ -56,7 +56,9 @@ func (a LogAuditor) Audit(e store.Event) {
 	case chatty(e.Kind):
 		level = hclog.Debug
 	}
-	a.Logger.Log(level, "audit: "+e.Detail, args...)
+	// The detail goes in as a value, which the logger quotes when needed:
+	// it can hold text a runtime chose, and must not forge log lines.
+	a.Logger.Log(level, "audit", append(args, "detail", e.Detail)...)
 }
 
 // StoreAuditor records events durably in the store and logs them.

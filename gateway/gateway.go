@@ -70,7 +70,10 @@ type Gateway struct {
 	// (query dispatch) live at most as long as Run. Set before any session
 	// can exist.
 	ctx context.Context
-	wg  sync.WaitGroup // goroutines started for messages and couriers
+
+	goMu     sync.Mutex     // guards stopping and wg.Add
+	stopping bool           // Run is waiting for its goroutines: start no more
+	wg       sync.WaitGroup // goroutines started for messages and couriers
 }
 
 // New returns a gateway for cfg.Set; call Run to start it.
@@ -138,15 +141,31 @@ func (g *Gateway) Run(ctx context.Context) error {
 		g.outbox.enqueue(d)
 	}
 	close(g.running)
+	g.spawn(func() { g.expireLoop(ctx) })
+	err = g.sv.Run(ctx)
+	cancel()
+	g.goMu.Lock()
+	g.stopping = true
+	g.goMu.Unlock()
+	g.wg.Wait()
+	return err
+}
+
+// spawn runs fn in a goroutine that Run waits for, unless Run is already
+// stopping (whatever fn would have done is then left to the store and the
+// next run). It reports whether fn was started.
+func (g *Gateway) spawn(fn func()) bool {
+	g.goMu.Lock()
+	defer g.goMu.Unlock()
+	if g.stopping {
+		return false
+	}
 	g.wg.Add(1)
 	go func() {
 		defer g.wg.Done()
-		g.expireLoop(ctx)
+		fn()
 	}()
-	err = g.sv.Run(ctx)
-	cancel()
-	g.wg.Wait()
-	return err
+	return true
 }
 
 func (g *Gateway) now() time.Time { return g.cfg.Clock.Now() }

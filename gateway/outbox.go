@@ -11,6 +11,11 @@ import (
 	"github.com/bcpgw/bcpgw/runtime"
 )
 
+// MaxDeliveryAttempts is how many times a delivery is sent to sessions
+// that end before acknowledging it, before it is dropped as failed
+// (delivery_failed event).
+const MaxDeliveryAttempts = 10
+
 // outbox hands committed deliveries to their Controllers: one courier per
 // Controller sends them one at a time, in the order they were accepted,
 // and moves on only when the runtime has answered result.
@@ -36,12 +41,11 @@ func (o *outbox) enqueue(d store.Delivery) {
 	c := o.couriers[d.Controller]
 	if c == nil {
 		c = &courier{controller: d.Controller, wake: make(chan struct{}, 1)}
+		if !o.g.spawn(func() { o.g.courier(o.g.ctx, c) }) {
+			o.mu.Unlock()
+			return // stopping: the delivery is in the store for the next run
+		}
 		o.couriers[d.Controller] = c
-		o.g.wg.Add(1)
-		go func() {
-			defer o.g.wg.Done()
-			o.g.courier(o.g.ctx, c)
-		}()
 	}
 	o.mu.Unlock()
 	c.mu.Lock()
@@ -108,10 +112,23 @@ func (g *Gateway) courier(ctx context.Context, c *courier) {
 			c.mu.Lock()
 			c.queue[0].Attempts = d.Attempts
 			c.mu.Unlock()
-			if errors.Is(err, ErrSessionClosed) {
-				continue // the supervisor restarts it, with backoff, for this waiting delivery
+			if d.Attempts >= MaxDeliveryAttempts {
+				// A delivery that kills its Controller every time must not
+				// block the ones behind it for ever.
+				why := fmt.Sprintf("the runtime of %s ended before acknowledging it %d times", d.Controller, d.Attempts)
+				g.cfg.Store.FinishDelivery(d.ID, store.DeliveryDropped, why, g.now(), store.Event{
+					Time: g.now(), Kind: "delivery_failed", Agent: d.Controller, Peer: d.Reader, Detail: why,
+					Category: int(d.Category), Bits: d.Bits,
+				})
+				g.log.Error("delivery given up", "delivery", d.ID, "reason", why)
+				c.pop()
+				continue
 			}
-			g.log.Warn("delivery waiting: controller unavailable", "controller", d.Controller, "delivery", d.ID, "error", err)
+			if !errors.Is(err, ErrSessionClosed) {
+				g.log.Warn("delivery waiting: controller unavailable", "controller", d.Controller, "delivery", d.ID, "error", err)
+			}
+			// Back off here too: the supervisor restarts a crashed session
+			// at once when nothing waits for it at the moment it notices.
 			if !g.sleep(ctx, Backoff(failures)) {
 				return
 			}

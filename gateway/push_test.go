@@ -86,6 +86,8 @@ func TestPushRefusals(t *testing.T) {
 		{"unknown controller", publishes(pub("research-alerts", "boss", `{}`, 1)), "subscription_not_found", "No active subscription 'research-alerts' from controller 'boss'"},
 		{"invalid response", publishes(pub("research-alerts", "main", `{"has_breaking_news": "yes"}`, 1)), "validation_failed", ""},
 		{"duplicate key", publishes(pub("research-alerts", "main", `{"has_breaking_news": true, "has_breaking_news": false, "priority": "low", "score": 1, "source": "web"}`, 1)), "validation_failed", "duplicate"},
+		{"oversized id", publishes(pub(strings.Repeat("x", 129), "main", `{}`, 1)), "protocol_error", "subscription_id is not a valid id"},
+		{"line break in controller", publishes(pub("research-alerts", "main\n[INFO] forged", `{}`, 1)), "protocol_error", "controller is not a valid id"},
 		{"hidden characters", publishes(pub("research-findings", "main", `{"topic": "a\u200bb", "summary": "s", "relevance": 1}`, 1)), "validation_failed", ""},
 	}
 	for _, c := range cases {

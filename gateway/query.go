@@ -72,11 +72,7 @@ func (g *Gateway) query(s *Session, env runtime.Envelope, q runtime.QueryRequest
 	g.event(store.Event{Kind: "query_sent", Agent: controller, Peer: q.To, Ref: pq.id, Category: int(q.Category), Bits: bits,
 		Detail: fmt.Sprintf("Query %s (request %s) from %s to %s (Cat-%d, %s)", pq.id, q.RequestID, controller, q.To, q.Category, bcp.FormatBits(bits))})
 	s.Reply(runtime.QuerySent{Type: runtime.TypeQuerySent, RequestID: q.RequestID, QueryID: pq.id, ToAgent: q.To, BandwidthBits: bits})
-	g.wg.Add(1)
-	go func() {
-		defer g.wg.Done()
-		g.runQuery(g.ctx, pq)
-	}()
+	g.spawn(func() { g.runQuery(g.ctx, pq) })
 }
 
 // runQuery owns one query's life: it brings the query to the Reader
@@ -101,8 +97,9 @@ func (g *Gateway) runQuery(ctx context.Context, q *pendingQuery) {
 	<-dispatched
 }
 
-// dispatchQuery queues q as a turn of the Reader's session, starting the
-// session if needed and retrying, with backoff, while it cannot start.
+// dispatchQuery brings q to the Reader as a turn, starting its session if
+// needed, and again to the next session if that one ends before the turn
+// does; it retries, with backoff, while the Reader cannot start.
 func (g *Gateway) dispatchQuery(ctx context.Context, q *pendingQuery) {
 	msg := runtime.Query{
 		Type: runtime.TypeQuery, QueryID: q.id, Category: q.spec.Category, FromAgent: q.controller, Context: q.context,
@@ -112,8 +109,18 @@ func (g *Gateway) dispatchQuery(ctx context.Context, q *pendingQuery) {
 	for attempt := 0; ; attempt++ {
 		sess, err := g.sv.Ensure(ctx, q.reader)
 		if err == nil {
-			if _, err = sess.Turn(ctx, msg); err == nil {
-				return
+			var done <-chan error
+			if done, err = sess.Turn(ctx, msg); err == nil {
+				select {
+				case err = <-done:
+				case <-ctx.Done():
+					return
+				}
+				if err == nil {
+					return // the Reader's turn on it ended; the answer may still come
+				}
+				// The session ended before the query's turn did: bring it
+				// to the next one.
 			}
 		}
 		if ctx.Err() != nil {

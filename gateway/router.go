@@ -23,6 +23,12 @@ func (g *Gateway) onMessage(s *Session, env runtime.Envelope) {
 			s.refuse(bcp.ProtocolError, err.Error(), env.Raw)
 			return
 		}
+		if field := badID(r.SubscriptionID, r.Controller, r.QueryID); field >= 0 {
+			e := bcp.Errorf(bcp.ProtocolError, "%s is not a valid id: %s", []string{"subscription_id", "controller", "query_id"}[field], idRule)
+			g.refused(s.Name(), "", e, env.Raw, "")
+			s.Reply(runtime.ValidationResult{Type: runtime.TypeValidationResult, SubscriptionID: r.SubscriptionID, QueryID: r.QueryID, Detail: e.Error()})
+			return
+		}
 		if r.SubscriptionID != "" {
 			g.publish(s, env, r)
 		} else {
@@ -34,8 +40,36 @@ func (g *Gateway) onMessage(s *Session, env runtime.Envelope) {
 			s.refuse(bcp.ProtocolError, err.Error(), env.Raw)
 			return
 		}
+		if field := badID(q.RequestID, q.To); field >= 0 {
+			e := bcp.Errorf(bcp.ProtocolError, "%s is not a valid id: %s", []string{"request_id", "to"}[field], idRule)
+			g.refused(s.Name(), "", e, env.Raw, "")
+			s.Reply(runtime.QueryError{Type: runtime.TypeQueryError, RequestID: q.RequestID, ToAgent: q.To, Reason: e.Error()})
+			return
+		}
 		g.query(s, env, q)
 	}
+}
+
+// idRule is what every id a runtime sends must look like. Agent names,
+// subscription ids and the gateway's query ids all fit it; bounding ids
+// at the boundary keeps a hostile runtime's megabyte "id" out of events,
+// logs and replies.
+const idRule = "at most 128 of A-Z, a-z, 0-9, '.', '_', ':' and '-'"
+
+// badID returns the index of the first id that breaks idRule (an empty id
+// is left to the later checks), or -1.
+func badID(ids ...string) int {
+	for i, id := range ids {
+		if len(id) > 128 {
+			return i
+		}
+		for _, c := range []byte(id) {
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
+				return i
+			}
+		}
+	}
+	return -1
 }
 
 // admitted is an accepted push or answer on its way to the store.
@@ -54,15 +88,24 @@ type admitted struct {
 func (g *Gateway) publish(s *Session, env runtime.Envelope, r runtime.Response) {
 	reply := s.ReplyLater()
 	set := g.set.Load()
-	g.mu.Lock()
+	// Validation, the costly part, runs unlocked: JudgePublish asks for
+	// the budgets only once the response is valid, and the lock taken
+	// there is held until the charge, so check and charge are one step.
+	locked := false
 	v := JudgePublish(set, Publish{Reader: s.Name(), Controller: r.Controller, SubscriptionID: r.SubscriptionID, Response: r.Response},
-		func(l *agents.Link) Remaining { return g.budgets.remaining(l, s) })
+		func(l *agents.Link) Remaining {
+			g.mu.Lock()
+			locked = true
+			return g.budgets.remaining(l, s)
+		})
 	var link *agents.Link
 	if v.Accepted() {
 		link = set.Link(r.Controller, s.Name())
 		g.budgets.chargePush(link, s, v.Charged())
 	}
-	g.mu.Unlock()
+	if locked {
+		g.mu.Unlock()
+	}
 	if !v.Accepted() {
 		g.refused(s.Name(), r.Controller, v.Err, env.Raw, r.SubscriptionID)
 		reply.Send(runtime.ValidationResult{Type: runtime.TypeValidationResult, SubscriptionID: r.SubscriptionID, Detail: v.Detail()})
@@ -138,8 +181,14 @@ func (g *Gateway) admit(reply *PendingReply, a admitted) {
 			g.mu.Unlock()
 		}
 		g.log.Error("could not store accepted data; refusing it", "reader", reader, "controller", controller, "error", err)
-		verdict.Detail = bcp.Errorf(bcp.ControllerUnavailable, "The gateway could not store this for '%s' (%v); nothing was delivered", controller, err).Error()
+		refusal := bcp.Errorf(bcp.ControllerUnavailable, "The gateway could not store this for '%s' (%v); nothing was delivered", controller, err)
+		verdict.Detail = refusal.Error()
 		reply.Send(verdict)
+		if a.query != nil {
+			// The query is closed: its Controller must hear why. This runs
+			// on the store's writer, which must not wait on a session.
+			g.spawn(func() { g.tellController(a.query, refusal) })
+		}
 	}
 	response, err := json.Marshal(a.result.Response)
 	if err != nil { // a normalized response holds JSON values only

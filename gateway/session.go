@@ -328,7 +328,8 @@ func (s *Session) Prompt(ctx context.Context, content string, metadata map[strin
 // turn: turns are sent one at a time, in order, each once the runtime has
 // answered result for the one before. The returned channel receives nil
 // when the runtime answers result for msg, or ErrSessionClosed if the
-// session ends first. It waits only while the runtime is starting.
+// session ends first. It waits while the runtime is starting or stopping
+// (a stopping session answers ErrSessionClosed once it has ended).
 func (s *Session) Turn(ctx context.Context, msg any) (<-chan error, error) {
 	t := turn{msg: msg, done: make(chan error, 1)}
 	select {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -30,8 +31,26 @@ type Event struct {
 // MaxPayload bounds Event.Payload.
 const MaxPayload = 1024
 
+// Bounds of an event's text fields. Ids and names are short by the
+// protocol's rules; the bounds keep a hostile runtime's text from growing
+// the audit trail without limit even where those rules were not applied.
+const (
+	maxEventDetail = 4096
+	maxEventName   = 256
+)
+
+// clip cuts s to at most n bytes, on a character boundary.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "")
+}
+
 func insertEvents(tx *wtx, events []Event) error {
 	for _, e := range events {
+		e.Kind, e.Agent, e.Peer, e.Code, e.Ref = clip(e.Kind, maxEventName), clip(e.Agent, maxEventName), clip(e.Peer, maxEventName), clip(e.Code, maxEventName), clip(e.Ref, maxEventName)
+		e.Detail = clip(e.Detail, maxEventDetail)
 		payload := e.Payload
 		if len(payload) > MaxPayload {
 			payload = payload[:MaxPayload]
