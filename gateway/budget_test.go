@@ -1,9 +1,6 @@
 package gateway
 
 import (
-	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -140,14 +137,7 @@ func TestBudgetQueryLimitsAndPool(t *testing.T) {
 
 func loadPair(t *testing.T, mainBudget, readerBudget int) *agents.Set {
 	t.Helper()
-	dir := t.TempDir()
-	for _, a := range pair(mainBudget, readerBudget, "review", nil, nil) {
-		writeDefinition(t, dir, a, nil)
-	}
-	set, err := agents.LoadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	set, _ := writeAgents(t, t.TempDir(), pair(mainBudget, readerBudget, "review", nil, nil))
 	return set
 }
 
@@ -157,26 +147,3 @@ func fakeSession(name string) *Session {
 }
 
 func near(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
-
-// writeDefinition writes a's definition into dir, with the env entries of
-// every testrt variable; vars, if not nil, receives their values.
-func writeDefinition(t *testing.T, dir string, a agentSpec, vars map[string]string) {
-	t.Helper()
-	var b strings.Builder
-	fmt.Fprintf(&b, "---\nname: %s\nruntime: [%q]\nenv:\n", a.name, testrtPath)
-	for _, v := range testrtVars {
-		key := a.name + "_" + v
-		fmt.Fprintf(&b, "  TESTRT_%s: ${%s}\n", v, key)
-		if vars != nil {
-			vars[key] = a.env[v]
-		}
-	}
-	if vars != nil {
-		vars[a.name+"_LOG"] = filepath.Join(dir, a.name+".log")
-	}
-	b.WriteString(a.front)
-	b.WriteString("\n---\nYou are " + a.name + ".\n")
-	if err := os.WriteFile(filepath.Join(dir, a.name+".md"), []byte(b.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}

@@ -96,12 +96,7 @@ func (g *Gateway) courier(ctx context.Context, c *courier) {
 			return
 		}
 		if why := g.revoked(d.Controller, d.Reader, d.SubscriptionID, d.QueryID != ""); why != "" {
-			g.cfg.Store.FinishDelivery(d.ID, store.DeliveryDropped, why, g.now(), store.Event{
-				Time: g.now(), Kind: "dropped_revoked", Agent: d.Controller, Peer: d.Reader, Detail: why,
-				Category: int(d.Category), Bits: d.Bits,
-			})
-			g.log.Warn("delivery dropped", "delivery", d.ID, "reason", why)
-			c.pop()
+			g.dropDelivery(c, d, "dropped_revoked", why)
 			continue
 		}
 		err := g.deliver(ctx, c, &d)
@@ -115,13 +110,7 @@ func (g *Gateway) courier(ctx context.Context, c *courier) {
 			if d.Attempts >= MaxDeliveryAttempts {
 				// A delivery that kills its Controller every time must not
 				// block the ones behind it for ever.
-				why := fmt.Sprintf("the runtime of %s ended before acknowledging it %d times", d.Controller, d.Attempts)
-				g.cfg.Store.FinishDelivery(d.ID, store.DeliveryDropped, why, g.now(), store.Event{
-					Time: g.now(), Kind: "delivery_failed", Agent: d.Controller, Peer: d.Reader, Detail: why,
-					Category: int(d.Category), Bits: d.Bits,
-				})
-				g.log.Error("delivery given up", "delivery", d.ID, "reason", why)
-				c.pop()
+				g.dropDelivery(c, d, "delivery_failed", fmt.Sprintf("the runtime of %s ended before acknowledging it %d times", d.Controller, d.Attempts))
 				continue
 			}
 			if !errors.Is(err, ErrSessionClosed) {
@@ -142,6 +131,16 @@ func (g *Gateway) courier(ctx context.Context, c *courier) {
 		})
 		c.pop()
 	}
+}
+
+// dropDelivery gives up c's head delivery d for good, recording why under
+// the event kind.
+func (g *Gateway) dropDelivery(c *courier, d store.Delivery, kind, why string) {
+	g.cfg.Store.FinishDelivery(d.ID, store.DeliveryDropped, why, g.now(), store.Event{
+		Time: g.now(), Kind: kind, Agent: d.Controller, Peer: d.Reader, Detail: why, Category: int(d.Category), Bits: d.Bits,
+	})
+	g.log.Warn("delivery dropped", "delivery", d.ID, "kind", kind, "reason", why)
+	c.pop()
 }
 
 // deliver sends d to the Controller's session as a turn and waits for its
