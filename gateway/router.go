@@ -91,19 +91,17 @@ func (g *Gateway) publish(s *Session, env runtime.Envelope, r runtime.Response) 
 	// Validation, the costly part, runs unlocked: JudgePublish asks for
 	// the budgets only once the response is valid, and the lock taken
 	// there is held until the charge, so check and charge are one step.
-	locked := false
+	var link *agents.Link // set, and the lock held, once the budgets are asked
 	v := JudgePublish(set, Publish{Reader: s.Name(), Controller: r.Controller, SubscriptionID: r.SubscriptionID, Response: r.Response},
 		func(l *agents.Link) Remaining {
 			g.mu.Lock()
-			locked = true
+			link = l
 			return g.budgets.remaining(l, s)
 		})
-	var link *agents.Link
-	if v.Accepted() {
-		link = set.Link(r.Controller, s.Name())
-		g.budgets.chargePush(link, s, v.Charged())
-	}
-	if locked {
+	if link != nil {
+		if v.Accepted() {
+			g.budgets.chargePush(link, s, v.Charged())
+		}
 		g.mu.Unlock()
 	}
 	if !v.Accepted() {
