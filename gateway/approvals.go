@@ -18,6 +18,26 @@ var ErrRevoked = errors.New("channel or subscription revoked")
 // ErrNotRunning is returned by decisions made before Run has started.
 var ErrNotRunning = errors.New("gateway is not running yet")
 
+// Decider is who decides an approval item, as recorded with the decision.
+// The control socket fills it from the client's peer credentials.
+type Decider struct {
+	Name string // a user name; shown in events and logs
+	UID  int    // the user's uid, when PID is set
+	PID  int    // the client's pid; 0 when not known
+}
+
+// String is how a decider appears in events: "alice (uid 1000, pid 4242)".
+func (d Decider) String() string {
+	if d.PID == 0 {
+		return d.Name
+	}
+	return fmt.Sprintf("%s (uid %d, pid %d)", d.Name, d.UID, d.PID)
+}
+
+// selfName is the decider of the gateway's own decisions: expiry and
+// revocation.
+const selfName = "bcpgw"
+
 // heldItem is who must hear about an approval item's decision: the Reader
 // session that sent it and, for an answer, the query it answers. It is
 // kept in memory only: after a restart, decisions are recorded and
@@ -41,10 +61,11 @@ func (g *Gateway) Approval(ctx context.Context, id string) (*store.Approval, err
 // Approve releases a pending item for delivery. sha256 must be the hash of
 // the content the reviewer was shown (store.ContentHash of its Response):
 // an approval applies to that content only. by names who decided. The
+// decision is recorded with by and note. The
 // errors are store.ErrNotFound, store.ErrDecided (an item is decided
 // once), store.ErrHashMismatch, store.ErrExpired and ErrRevoked; on the
 // last two the item is closed and the Reader told.
-func (g *Gateway) Approve(ctx context.Context, id, sha256, by, note string) (*store.Approval, error) {
+func (g *Gateway) Approve(ctx context.Context, id, sha256 string, by Decider, note string) (*store.Approval, error) {
 	if err := g.waitRunning(ctx); err != nil {
 		return nil, err
 	}
@@ -60,7 +81,8 @@ func (g *Gateway) Approve(ctx context.Context, id, sha256, by, note string) (*st
 			return g.drop(ctx, item, why)
 		}
 	}
-	a, d, err := g.cfg.Store.Decide(ctx, store.Decision{ID: id, Status: store.ApprovalApproved, SHA256: sha256, By: by, Note: note, At: g.now()})
+	a, d, err := g.cfg.Store.Decide(ctx, store.Decision{ID: id, Status: store.ApprovalApproved, SHA256: sha256,
+		By: by.Name, UID: by.UID, PID: by.PID, Note: note, At: g.now()})
 	if errors.Is(err, store.ErrExpired) {
 		g.closeHeld(a, expiredError(a, g.cfg.ApprovalTTL))
 		return a, err
@@ -69,7 +91,7 @@ func (g *Gateway) Approve(ctx context.Context, id, sha256, by, note string) (*st
 		return a, err
 	}
 	g.outbox.enqueue(*d)
-	g.log.Info("approval item approved", "id", a.ID, "by", by)
+	g.log.Info("approval item approved", "id", a.ID, "by", by.String())
 	g.closeHeld(a, nil)
 	return a, nil
 }
@@ -77,11 +99,12 @@ func (g *Gateway) Approve(ctx context.Context, id, sha256, by, note string) (*st
 // Reject closes a pending item without delivering it; the Reader hears
 // approval_rejected with the reason. If sha256 is not empty it must match
 // the item's content hash.
-func (g *Gateway) Reject(ctx context.Context, id, sha256, by, reason string) (*store.Approval, error) {
+func (g *Gateway) Reject(ctx context.Context, id, sha256 string, by Decider, reason string) (*store.Approval, error) {
 	if err := g.waitRunning(ctx); err != nil {
 		return nil, err
 	}
-	a, _, err := g.cfg.Store.Decide(ctx, store.Decision{ID: id, Status: store.ApprovalRejected, SHA256: sha256, By: by, Reason: reason, At: g.now()})
+	a, _, err := g.cfg.Store.Decide(ctx, store.Decision{ID: id, Status: store.ApprovalRejected, SHA256: sha256,
+		By: by.Name, UID: by.UID, PID: by.PID, Reason: reason, At: g.now()})
 	if err != nil {
 		return a, err
 	}
@@ -89,7 +112,7 @@ func (g *Gateway) Reject(ctx context.Context, id, sha256, by, reason string) (*s
 	if a.QueryID != "" {
 		what = "Answer"
 	}
-	g.log.Info("approval item rejected", "id", a.ID, "by", by, "reason", reason)
+	g.log.Info("approval item rejected", "id", a.ID, "by", by.String(), "reason", reason)
 	g.closeHeld(a, bcp.Errorf(bcp.ApprovalRejected, "%s rejected by reviewer: %s", what, reason))
 	return a, nil
 }
@@ -109,7 +132,7 @@ func (g *Gateway) waitRunning(ctx context.Context) error {
 
 // drop closes an item whose channel or subscription is gone.
 func (g *Gateway) drop(ctx context.Context, item *store.Approval, why string) (*store.Approval, error) {
-	a, _, err := g.cfg.Store.Decide(ctx, store.Decision{ID: item.ID, Status: store.ApprovalDropped, By: "bcpgw", Reason: why, At: g.now()})
+	a, _, err := g.cfg.Store.Decide(ctx, store.Decision{ID: item.ID, Status: store.ApprovalDropped, By: selfName, Reason: why, At: g.now()})
 	if err != nil {
 		return a, err
 	}
@@ -138,7 +161,7 @@ func (g *Gateway) expireDue(ctx context.Context) {
 		return
 	}
 	for _, item := range due {
-		a, _, err := g.cfg.Store.Decide(ctx, store.Decision{ID: item.ID, Status: store.ApprovalExpired, By: "bcpgw",
+		a, _, err := g.cfg.Store.Decide(ctx, store.Decision{ID: item.ID, Status: store.ApprovalExpired, By: selfName,
 			Reason: fmt.Sprintf("no decision within %s", g.cfg.ApprovalTTL), At: g.now()})
 		if err != nil {
 			continue // decided meanwhile

@@ -44,6 +44,8 @@ const (
 
 // digests returns the usual pair with researcher publishing n digests,
 // each waiting for its verdict before the next.
+var tester = Decider{Name: "tester"}
+
 func digests(n int) []agentSpec {
 	return pair(100000, 100000, "review", nil, map[string]string{
 		"PUBLISH": publishes(pub("digest", "main", digestIn, n)),
@@ -198,7 +200,7 @@ func TestApprovalCat3PushIsHeldThenDeliveredOnApproval(t *testing.T) {
 	e.assertNothingDelivered()
 
 	ctx := testCtx(t)
-	a, err := e.gw.Approve(ctx, item.ID, item.SHA256, "tester", "ok")
+	a, err := e.gw.Approve(ctx, item.ID, item.SHA256, tester, "ok")
 	if err != nil {
 		t.Fatalf("Approve: %v", err)
 	}
@@ -256,12 +258,12 @@ func TestApprovalIsBoundToTheContentHash(t *testing.T) {
 
 	other := store.ContentHash([]byte(`{"summary":"Something else."}`))
 	for _, h := range []string{other, "", strings.ToUpper(item.SHA256), item.SHA256[:len(item.SHA256)-1]} {
-		if _, err := e.gw.Approve(ctx, item.ID, h, "tester", ""); !errors.Is(err, store.ErrHashMismatch) {
+		if _, err := e.gw.Approve(ctx, item.ID, h, tester, ""); !errors.Is(err, store.ErrHashMismatch) {
 			t.Errorf("Approve with hash %q: err = %v, want ErrHashMismatch", h, err)
 		}
 	}
 	// A rejection naming a hash is bound to it too.
-	if _, err := e.gw.Reject(ctx, item.ID, other, "tester", "no"); !errors.Is(err, store.ErrHashMismatch) {
+	if _, err := e.gw.Reject(ctx, item.ID, other, tester, "no"); !errors.Is(err, store.ErrHashMismatch) {
 		t.Errorf("Reject with a wrong hash: err = %v, want ErrHashMismatch", err)
 	}
 	if st := e.approval(item.ID); st.Status != store.ApprovalPending || !st.DecidedAt.IsZero() || st.DecidedBy != "" {
@@ -273,7 +275,7 @@ func TestApprovalIsBoundToTheContentHash(t *testing.T) {
 	e.assertNothingDelivered()
 
 	// The item is still decidable with the right hash.
-	if _, err := e.gw.Approve(ctx, item.ID, item.SHA256, "tester", ""); err != nil {
+	if _, err := e.gw.Approve(ctx, item.ID, item.SHA256, tester, ""); err != nil {
 		t.Fatalf("Approve with the right hash: %v", err)
 	}
 	e.waitRecords("main", "applied", 1)
@@ -289,7 +291,7 @@ func TestApprovalRejectTellsTheReaderAndIsFinal(t *testing.T) {
 	ctx := testCtx(t)
 
 	const reason = "contains speculation"
-	a, err := e.gw.Reject(ctx, item.ID, item.SHA256, "tester", reason)
+	a, err := e.gw.Reject(ctx, item.ID, item.SHA256, tester, reason)
 	if err != nil {
 		t.Fatalf("Reject: %v", err)
 	}
@@ -302,13 +304,13 @@ func TestApprovalRejectTellsTheReaderAndIsFinal(t *testing.T) {
 	}
 
 	// Decided once: neither an approval nor another rejection applies.
-	if _, err := e.gw.Approve(ctx, item.ID, item.SHA256, "other", "late"); !errors.Is(err, store.ErrDecided) {
+	if _, err := e.gw.Approve(ctx, item.ID, item.SHA256, Decider{Name: "other"}, "late"); !errors.Is(err, store.ErrDecided) {
 		t.Errorf("Approve after Reject: err = %v, want ErrDecided", err)
 	}
-	if _, err := e.gw.Reject(ctx, item.ID, item.SHA256, "other", "again"); !errors.Is(err, store.ErrDecided) {
+	if _, err := e.gw.Reject(ctx, item.ID, item.SHA256, Decider{Name: "other"}, "again"); !errors.Is(err, store.ErrDecided) {
 		t.Errorf("Reject after Reject: err = %v, want ErrDecided", err)
 	}
-	if _, err := e.gw.Reject(ctx, item.ID, "", "other", "again"); !errors.Is(err, store.ErrDecided) {
+	if _, err := e.gw.Reject(ctx, item.ID, "", Decider{Name: "other"}, "again"); !errors.Is(err, store.ErrDecided) {
 		t.Errorf("Reject without hash after Reject: err = %v, want ErrDecided", err)
 	}
 	if st := e.approval(item.ID); st.Status != store.ApprovalRejected || st.Reason != reason || st.DecidedBy != "tester" || st.Note != "" {
@@ -348,11 +350,11 @@ func TestApprovalConcurrentDecisionsApplyOnce(t *testing.T) {
 		// Every third item races two approvals; the others an approval
 		// against a rejection.
 		decide := []func() error{
-			func() error { _, err := e.gw.Approve(ctx, item.ID, item.SHA256, "alice", "ok"); return err },
-			func() error { _, err := e.gw.Reject(ctx, item.ID, item.SHA256, "bob", "no"); return err },
+			func() error { _, err := e.gw.Approve(ctx, item.ID, item.SHA256, Decider{Name: "alice"}, "ok"); return err },
+			func() error { _, err := e.gw.Reject(ctx, item.ID, item.SHA256, Decider{Name: "bob"}, "no"); return err },
 		}
 		if i%3 == 2 {
-			decide[1] = func() error { _, err := e.gw.Approve(ctx, item.ID, item.SHA256, "bob", "ok too"); return err }
+			decide[1] = func() error { _, err := e.gw.Approve(ctx, item.ID, item.SHA256, Decider{Name: "bob"}, "ok too"); return err }
 		}
 		errs := make([]error, len(decide))
 		start := make(chan struct{})
@@ -458,7 +460,7 @@ func TestApprovalExpiry(t *testing.T) {
 		if ev := e.eventsFor("approval_expired", item.ID); len(ev) != 1 {
 			t.Errorf("approval_expired events = %+v", ev)
 		}
-		if _, err := e.gw.Approve(testCtx(t), item.ID, item.SHA256, "tester", "late"); !errors.Is(err, store.ErrDecided) {
+		if _, err := e.gw.Approve(testCtx(t), item.ID, item.SHA256, tester, "late"); !errors.Is(err, store.ErrDecided) {
 			t.Errorf("Approve after expiry: err = %v, want ErrDecided", err)
 		}
 		if st := e.approval(item.ID); st.Status != store.ApprovalExpired {
@@ -480,7 +482,7 @@ func TestApprovalExpiry(t *testing.T) {
 		if st := e.approval(item.ID); st.Status != store.ApprovalPending {
 			t.Fatalf("item swept although ExpiryCheck is an hour: %+v", st)
 		}
-		a, err := e.gw.Approve(testCtx(t), item.ID, item.SHA256, "tester", "late")
+		a, err := e.gw.Approve(testCtx(t), item.ID, item.SHA256, tester, "late")
 		if !errors.Is(err, store.ErrExpired) {
 			t.Fatalf("Approve after expiry: err = %v, want ErrExpired", err)
 		}
@@ -494,7 +496,7 @@ func TestApprovalExpiry(t *testing.T) {
 		if st := e.approval(item.ID); st.Status != store.ApprovalExpired {
 			t.Errorf("stored item = %+v", st)
 		}
-		if _, err := e.gw.Approve(testCtx(t), item.ID, item.SHA256, "tester", "again"); !errors.Is(err, store.ErrDecided) {
+		if _, err := e.gw.Approve(testCtx(t), item.ID, item.SHA256, tester, "again"); !errors.Is(err, store.ErrDecided) {
 			t.Errorf("second Approve: err = %v, want ErrDecided", err)
 		}
 		e.assertNothingDelivered()
@@ -543,7 +545,7 @@ func TestApprovalCat2AnomalyPolicies(t *testing.T) {
 		}
 		e.assertNothingDelivered()
 
-		if _, err := e.gw.Approve(testCtx(t), item.ID, item.SHA256, "tester", ""); err != nil {
+		if _, err := e.gw.Approve(testCtx(t), item.ID, item.SHA256, tester, ""); err != nil {
 			t.Fatalf("Approve: %v", err)
 		}
 		if v := e.waitRecords("researcher", "verdict", 1)[0]; !v.Success || v.Detail != findingVerdict {
@@ -633,7 +635,7 @@ func TestApprovalRevokedSubscriptionIsDroppedAtDecision(t *testing.T) {
 	e.gw.set.Store(set)
 
 	ctx := testCtx(t)
-	_, err = e.gw.Approve(ctx, item.ID, item.SHA256, "tester", "ok")
+	_, err = e.gw.Approve(ctx, item.ID, item.SHA256, tester, "ok")
 	if !errors.Is(err, ErrRevoked) {
 		t.Fatalf("Approve of a revoked item: err = %v, want ErrRevoked", err)
 	}
@@ -649,7 +651,7 @@ func TestApprovalRevokedSubscriptionIsDroppedAtDecision(t *testing.T) {
 	if len(v) != 1 || v[0].Success || !strings.HasPrefix(v[0].Detail, "subscription_not_found:") {
 		t.Errorf("verdicts = %+v, want one subscription_not_found", v)
 	}
-	if _, err := e.gw.Approve(ctx, item.ID, item.SHA256, "tester", "ok"); !errors.Is(err, store.ErrDecided) {
+	if _, err := e.gw.Approve(ctx, item.ID, item.SHA256, tester, "ok"); !errors.Is(err, store.ErrDecided) {
 		t.Errorf("second Approve: err = %v, want ErrDecided", err)
 	}
 	e.assertNothingDelivered()
@@ -672,7 +674,7 @@ func TestApprovalPendingItemSurvivesRestart(t *testing.T) {
 	if len(pending) != 1 || pending[0].ID != item.ID || pending[0].SHA256 != item.SHA256 || string(pending[0].Response) != digestOut {
 		t.Fatalf("pending after restart = %+v, want %+v", pending, item)
 	}
-	if _, err := e2.gw.Approve(testCtx(t), item.ID, item.SHA256, "tester", "after restart"); err != nil {
+	if _, err := e2.gw.Approve(testCtx(t), item.ID, item.SHA256, tester, "after restart"); err != nil {
 		t.Fatalf("Approve after restart: %v", err)
 	}
 	applied := e2.waitRecords("main", "applied", 1)
@@ -712,7 +714,7 @@ func TestApprovalDecidedBeforeRunIsDeliveredOnce(t *testing.T) {
 
 	ctx := testCtx(t)
 	e2 := newE2E(t, dir, set, vars, nil) // not running yet
-	if _, err := e2.gw.Approve(ctx, item.ID, item.SHA256, "tester", "early"); err != nil {
+	if _, err := e2.gw.Approve(ctx, item.ID, item.SHA256, tester, "early"); err != nil {
 		if !errors.Is(err, ErrNotRunning) {
 			t.Fatalf("Approve before Run: %v, want ErrNotRunning", err)
 		}
@@ -721,7 +723,7 @@ func TestApprovalDecidedBeforeRunIsDeliveredOnce(t *testing.T) {
 		}
 		e2.run()
 		e2.running()
-		if _, err := e2.gw.Approve(ctx, item.ID, item.SHA256, "tester", "on time"); err != nil {
+		if _, err := e2.gw.Approve(ctx, item.ID, item.SHA256, tester, "on time"); err != nil {
 			t.Fatalf("Approve: %v", err)
 		}
 	} else {
@@ -733,7 +735,7 @@ func TestApprovalDecidedBeforeRunIsDeliveredOnce(t *testing.T) {
 	// was queued for main before; once it is delivered, so is that.
 	e2.prompt("researcher", "again")
 	second := e2.nextPending(map[string]bool{item.ID: true})
-	if _, err := e2.gw.Approve(ctx, second.ID, second.SHA256, "tester", ""); err != nil {
+	if _, err := e2.gw.Approve(ctx, second.ID, second.SHA256, tester, ""); err != nil {
 		t.Fatalf("Approve of the second item: %v", err)
 	}
 	applied := e2.waitRecords("main", "applied", 2)

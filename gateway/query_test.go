@@ -631,7 +631,7 @@ func startCat3(t *testing.T) (*e2e, string, store.Approval) {
 
 func TestQueryCat3AnswerRejectedByOperator(t *testing.T) {
 	e, id, item := startCat3(t)
-	if _, err := e.gw.Reject(context.Background(), item.ID, "", "tester", "no"); err != nil {
+	if _, err := e.gw.Reject(context.Background(), item.ID, "", tester, "no"); err != nil {
 		t.Fatal(err)
 	}
 	const want = "approval_rejected: Answer rejected by reviewer: no"
@@ -660,7 +660,7 @@ func TestQueryCat3AnswerRejectedByOperator(t *testing.T) {
 
 func TestQueryCat3AnswerApprovedIsDelivered(t *testing.T) {
 	e, id, item := startCat3(t)
-	if _, err := e.gw.Approve(context.Background(), item.ID, store.ContentHash(item.Response), "tester", "fine"); err != nil {
+	if _, err := e.gw.Approve(context.Background(), item.ID, store.ContentHash(item.Response), tester, "fine"); err != nil {
 		t.Fatal(err)
 	}
 	v := e.waitRecords("researcher", "verdict", 1)[0]

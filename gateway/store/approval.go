@@ -56,7 +56,10 @@ type Approval struct {
 	CreatedAt      time.Time
 	ExpiresAt      time.Time
 	DecidedAt      time.Time
-	DecidedBy      string
+	DecidedBy      string // a user name, or "bcpgw" for the gateway's own decisions
+	DecidedUID     int    // the decider's uid from the control socket, when DecidedPID is set
+	DecidedPID     int    // the deciding client's pid; 0 when not known
+	DecidedSHA256  string // the content hash the decider was shown
 	Reason         string // why it was rejected, expired or dropped
 	Note           string // the reviewer's note on an approval
 }
@@ -68,7 +71,8 @@ func ContentHash(response []byte) string {
 }
 
 const approvalColumns = `seq, id, status, controller, reader, subscription_id, query_id, request_id, category,
-	directive, response, sha256, anomalies, bits, created_at, expires_at, decided_at, decided_by, reason, note`
+	directive, response, sha256, anomalies, bits, created_at, expires_at, decided_at, decided_by, reason, note,
+	decided_uid, decided_pid, decided_sha256`
 
 // AddApproval stores a pending item and its events in one durable commit.
 // It sets a.Seq, a.Status, a.SHA256 and, if empty, a.ID.
@@ -121,7 +125,9 @@ type Decision struct {
 	// SHA256 is the hash of the content the reviewer was shown. Required
 	// to approve; when set on a rejection it must match too.
 	SHA256 string
-	By     string // who decided
+	By     string // who decided: a user name, or "bcpgw"
+	UID    int    // the decider's uid, when PID is set
+	PID    int    // the deciding client's pid; 0 when not known (the gateway's own decisions)
 	Reason string
 	Note   string
 	At     time.Time
@@ -164,10 +170,11 @@ func (s *Store) Decide(ctx context.Context, d Decision) (*Approval, *Delivery, e
 			status, reason, expired = ApprovalExpired, "expired before it was approved", true
 		}
 		if _, err := tx.Exec(sqlDecideApproval,
-			string(status), millis(d.At), d.By, reason, d.Note, a.ID); err != nil {
+			string(status), millis(d.At), d.By, reason, d.Note, d.UID, d.PID, d.SHA256, a.ID); err != nil {
 			return fmt.Errorf("decide approval: %w", err)
 		}
 		a.Status, a.DecidedAt, a.DecidedBy, a.Reason, a.Note = status, d.At, d.By, reason, d.Note
+		a.DecidedUID, a.DecidedPID, a.DecidedSHA256 = d.UID, d.PID, d.SHA256
 		if status == ApprovalApproved {
 			dl = &Delivery{
 				Controller: a.Controller, Reader: a.Reader, SubscriptionID: a.SubscriptionID, QueryID: a.QueryID,
@@ -178,7 +185,11 @@ func (s *Store) Decide(ctx context.Context, d Decision) (*Approval, *Delivery, e
 				return err
 			}
 		}
-		detail := fmt.Sprintf("%s by %s", status, d.By)
+		by := d.By
+		if d.PID > 0 {
+			by = fmt.Sprintf("%s (uid %d, pid %d)", d.By, d.UID, d.PID)
+		}
+		detail := fmt.Sprintf("%s by %s", status, by)
 		if reason != "" {
 			detail += ": " + reason
 		}
@@ -236,7 +247,7 @@ func scanApprovals(rows *sql.Rows, err error) ([]Approval, error) {
 		var created, expires, decided int64
 		if err := rows.Scan(&a.Seq, &a.ID, &status, &a.Controller, &a.Reader, &a.SubscriptionID, &a.QueryID, &a.RequestID,
 			&category, &a.Directive, &response, &a.SHA256, &anomalies, &a.Bits, &created, &expires, &decided,
-			&a.DecidedBy, &a.Reason, &a.Note); err != nil {
+			&a.DecidedBy, &a.Reason, &a.Note, &a.DecidedUID, &a.DecidedPID, &a.DecidedSHA256); err != nil {
 			return nil, fmt.Errorf("read approvals: %w", err)
 		}
 		a.Status, a.Category, a.Response = ApprovalStatus(status), bcp.Category(category), json.RawMessage(response)

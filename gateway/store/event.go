@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"time"
@@ -48,6 +49,7 @@ func clip(s string, n int) string {
 }
 
 func insertEvents(tx *wtx, events []Event) error {
+	tx.events = tx.events || len(events) > 0
 	for _, e := range events {
 		e.Kind, e.Agent, e.Peer, e.Code, e.Ref = clip(e.Kind, maxEventName), clip(e.Agent, maxEventName), clip(e.Peer, maxEventName), clip(e.Code, maxEventName), clip(e.Ref, maxEventName)
 		e.Detail = clip(e.Detail, maxEventDetail)
@@ -92,10 +94,28 @@ func (s *Store) AppendSync(ctx context.Context, events ...Event) error {
 	return s.write(ctx, func(tx *wtx) error { return insertEvents(tx, events) })
 }
 
-// Events returns up to limit events with Seq > since, oldest first.
-func (s *Store) Events(ctx context.Context, since int64, limit int) ([]Event, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT seq, time, kind, agent, peer, code, detail, category, bits, ref, payload
-		FROM events WHERE seq > ? ORDER BY seq LIMIT ?`, since, limit)
+// Events returns up to limit events with Seq > since, oldest first. With
+// kinds, only events of those kinds; a kind ending in "*" matches every
+// kind with that prefix ("approval_*").
+func (s *Store) Events(ctx context.Context, since int64, limit int, kinds ...string) ([]Event, error) {
+	q := `SELECT seq, time, kind, agent, peer, code, detail, category, bits, ref, payload FROM events WHERE seq > ?`
+	args := []any{since}
+	if len(kinds) > 0 {
+		var or []string
+		for _, k := range kinds {
+			if prefix, ok := strings.CutSuffix(k, "*"); ok {
+				or = append(or, `substr(kind, 1, ?) = ?`)
+				args = append(args, len(prefix), prefix)
+				continue
+			}
+			or = append(or, `kind = ?`)
+			args = append(args, k)
+		}
+		q += ` AND (` + strings.Join(or, " OR ") + `)`
+	}
+	q += ` ORDER BY seq LIMIT ?`
+	args = append(args, limit)
+	rows, err := s.rdb.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read events: %w", err)
 	}
@@ -111,4 +131,32 @@ func (s *Store) Events(ctx context.Context, since int64, limit int) ([]Event, er
 		out = append(out, e)
 	}
 	return out, rows.Err()
+}
+
+// LastEventSeq is the sequence number of the newest event (0 if none): a
+// cursor from which to follow only what happens next.
+func (s *Store) LastEventSeq(ctx context.Context) (int64, error) {
+	var seq sql.NullInt64
+	if err := s.rdb.QueryRowContext(ctx, `SELECT max(seq) FROM events`).Scan(&seq); err != nil {
+		return 0, fmt.Errorf("read events: %w", err)
+	}
+	return seq.Int64, nil
+}
+
+// EventsChanged returns a channel that is closed when a commit that stored
+// events has completed. To follow events without missing any: take the
+// channel, read events after the cursor, and wait on the channel only when
+// there were none.
+func (s *Store) EventsChanged() <-chan struct{} {
+	s.changedMu.Lock()
+	defer s.changedMu.Unlock()
+	return s.changed
+}
+
+// eventsCommitted wakes everyone waiting in EventsChanged.
+func (s *Store) eventsCommitted() {
+	s.changedMu.Lock()
+	defer s.changedMu.Unlock()
+	close(s.changed)
+	s.changed = make(chan struct{})
 }

@@ -6,7 +6,8 @@ const (
 	sqlInsertApproval = `INSERT INTO approvals (id, status, controller, reader, subscription_id, query_id, request_id,
 			category, directive, response, sha256, anomalies, bits, created_at, expires_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`
 	sqlApprovalByID   = `SELECT ` + approvalColumns + ` FROM approvals WHERE id = ?`
-	sqlDecideApproval = `UPDATE approvals SET status = ?, decided_at = ?, decided_by = ?, reason = ?, note = ? WHERE id = ?`
+	sqlDecideApproval = `UPDATE approvals SET status = ?, decided_at = ?, decided_by = ?, reason = ?, note = ?,
+		decided_uid = ?, decided_pid = ?, decided_sha256 = ? WHERE id = ?`
 	sqlInsertDelivery = `INSERT INTO deliveries (id, controller, reader, subscription_id, query_id, request_id,
 		approval_id, category, response, anomalies, bits, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`
 	sqlMarkAttempted  = `UPDATE deliveries SET attempts = attempts + 1 WHERE id = ?`

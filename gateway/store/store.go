@@ -55,6 +55,9 @@ type Store struct {
 	ops    chan op
 	done   chan struct{}        // closed when the writer has exited
 	stmts  map[string]*sql.Stmt // prepared on wdb at Open; read-only after
+
+	changedMu sync.Mutex
+	changed   chan struct{} // closed and replaced after a commit that stored events
 }
 
 // op is one write. The writer runs fn inside the batch's transaction, in a
@@ -71,7 +74,8 @@ type op struct {
 // prepared at Open: parsing SQL was most of the writer's time.
 type wtx struct {
 	*sql.Tx
-	s *Store
+	s      *Store
+	events bool // the transaction stored events
 }
 
 // Exec runs query in the transaction, prepared if it is one of
@@ -136,6 +140,7 @@ func Open(path string) (*Store, error) {
 	s := &Store{
 		path: path, wdb: wdb, rdb: rdb, cdb: cdb, ops: make(chan op, 4*maxBatch), done: make(chan struct{}),
 		stmts: map[string]*sql.Stmt{}, stopCheckpoints: make(chan struct{}), checkpointsDone: make(chan struct{}),
+		changed: make(chan struct{}),
 	}
 	// Prepared on the one write connection while it is free; a
 	// transaction on it then reuses them.
@@ -377,7 +382,13 @@ func (s *Store) commit(batch []op) {
 		for i, o := range batch {
 			errs[i] = savepoint(w, o.fn)
 		}
-		return tx.Commit()
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+		if w.events {
+			s.eventsCommitted()
+		}
+		return nil
 	}()
 	for i, o := range batch {
 		if o.done == nil {
