@@ -350,11 +350,17 @@ func TestApprovalConcurrentDecisionsApplyOnce(t *testing.T) {
 		// Every third item races two approvals; the others an approval
 		// against a rejection.
 		decide := []func() error{
-			func() error { _, err := e.gw.Approve(ctx, item.ID, item.SHA256, Decider{Name: "alice"}, "ok"); return err },
+			func() error {
+				_, err := e.gw.Approve(ctx, item.ID, item.SHA256, Decider{Name: "alice"}, "ok")
+				return err
+			},
 			func() error { _, err := e.gw.Reject(ctx, item.ID, item.SHA256, Decider{Name: "bob"}, "no"); return err },
 		}
 		if i%3 == 2 {
-			decide[1] = func() error { _, err := e.gw.Approve(ctx, item.ID, item.SHA256, Decider{Name: "bob"}, "ok too"); return err }
+			decide[1] = func() error {
+				_, err := e.gw.Approve(ctx, item.ID, item.SHA256, Decider{Name: "bob"}, "ok too")
+				return err
+			}
 		}
 		errs := make([]error, len(decide))
 		start := make(chan struct{})
