@@ -145,10 +145,12 @@ var ErrSessionClosed = errors.New("session closed")
 // owns its state; the others send it typed messages. Create it with
 // StartSession.
 type Session struct {
-	cfg  SessionConfig
-	name string
-	log  hclog.Logger
-	cmd  *exec.Cmd
+	cfg     SessionConfig
+	id      string // names the session in its events (their ref)
+	name    string
+	started time.Time
+	log     hclog.Logger
+	cmd     *exec.Cmd
 
 	out    *lineQueue  // to the stdin writer
 	work   chan turn   // prompts, queries and deliveries, in order
@@ -187,6 +189,7 @@ func StartSession(ctx context.Context, cfg SessionConfig) (*Session, error) {
 	def := cfg.Def
 	s := &Session{
 		cfg:    cfg,
+		id:     store.NewID("ses-", 8),
 		name:   def.Name,
 		log:    cfg.Logger.Named(def.Name),
 		out:    newLineQueue(),
@@ -237,7 +240,7 @@ func StartSession(ctx context.Context, cfg SessionConfig) (*Session, error) {
 	if err := cmd.Start(); err != nil {
 		return fail(fmt.Errorf("%w%s", err, startHint(prog, err)))
 	}
-	s.cmd = cmd
+	s.cmd, s.started = cmd, cfg.Clock.Now()
 	s.audit("session_started", "", fmt.Sprintf("pid %d: %s", cmd.Process.Pid, strings.Join(def.Runtime, " ")), nil)
 
 	lines := make(chan lineEvent)
@@ -302,6 +305,12 @@ func startHint(prog string, err error) string {
 
 // Name is the agent's name.
 func (s *Session) Name() string { return s.name }
+
+// ID names the session; its events carry it as their ref.
+func (s *Session) ID() string { return s.id }
+
+// StartedAt is when the runtime was spawned.
+func (s *Session) StartedAt() time.Time { return s.started }
 
 // Pid is the runtime's process id.
 func (s *Session) Pid() int { return s.cmd.Process.Pid }
@@ -643,7 +652,8 @@ func (s *Session) stderrTail() []string {
 }
 
 func (s *Session) audit(kind string, code bcp.Code, detail string, payload []byte) {
-	s.cfg.Auditor.Audit(store.Event{Time: s.cfg.Clock.Now(), Agent: s.name, Kind: kind, Code: string(code), Detail: detail, Payload: truncatePayload(payload)})
+	s.cfg.Auditor.Audit(store.Event{Time: s.cfg.Clock.Now(), Agent: s.name, Kind: kind, Code: string(code), Detail: detail,
+		Ref: s.id, Payload: truncatePayload(payload)})
 }
 
 // refuse answers a runtime line with an error message and audits it.

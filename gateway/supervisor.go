@@ -37,6 +37,9 @@ const (
 	StateFailed   AgentState = "failed"  // crashed too often; needs an operator
 )
 
+// ErrNoAgent is returned for an agent name the definitions do not have.
+var ErrNoAgent = errors.New("no such agent")
+
 // ErrAgentFailed is returned for work sent to an agent in the failed state.
 var ErrAgentFailed = errors.New("agent failed: crashed too often; restart it after fixing the cause")
 
@@ -76,6 +79,20 @@ type agent struct {
 	attempt  int           // consecutive failed starts or crashes
 	waiters  []chan result // Ensure calls waiting for a session
 	timerGen int           // invalidates stale backoff timers
+	held     bool          // stopped by an operator: not restarted until asked for
+	lastErr  error         // why the last session ended or failed to start
+}
+
+// AgentStatus is what the supervisor knows of one agent.
+type AgentStatus struct {
+	Name    string
+	State   AgentState
+	Session string    // the running session's ID; empty if none
+	PID     int       // the running session's process; 0 if none
+	Since   time.Time // when the running session started
+	Crashes int       // crashes within the last CrashWindow
+	Held    bool      // stopped by an operator
+	LastErr string    // why the last session ended, if it crashed
 }
 
 type result struct {
@@ -89,10 +106,15 @@ type (
 		name  string
 		reply chan result
 	}
-	stateReq struct{ reply chan map[string]AgentState }
+	stateReq struct{ reply chan []AgentStatus }
 	resetReq struct {
 		name  string
 		reply chan error
+	}
+	stopReq struct {
+		name   string
+		reason string
+		reply  chan error
 	}
 	startedEv struct {
 		name string
@@ -152,7 +174,7 @@ func (sv *Supervisor) handle(ctx context.Context, all map[string]*agent, ev any)
 		a := all[ev.name]
 		switch {
 		case a == nil:
-			ev.reply <- result{err: fmt.Errorf("no agent named %q", ev.name)}
+			ev.reply <- result{err: fmt.Errorf("no agent named %q: %w", ev.name, ErrNoAgent)}
 		case a.state == StateFailed:
 			ev.reply <- result{err: fmt.Errorf("%s: %w", ev.name, ErrAgentFailed)}
 		case a.state == StateRunning && !ended(a.sess):
@@ -164,17 +186,30 @@ func (sv *Supervisor) handle(ctx context.Context, all map[string]*agent, ev any)
 			}
 		}
 	case stateReq:
-		m := map[string]AgentState{}
-		for n, a := range all {
-			m[n] = a.state
+		ev.reply <- sv.statuses(all)
+	case stopReq:
+		a := all[ev.name]
+		if a == nil {
+			ev.reply <- fmt.Errorf("no agent named %q: %w", ev.name, ErrNoAgent)
+			return
 		}
-		ev.reply <- m
+		a.held = true
+		if s := a.sess; s != nil {
+			sv.audit(a, "agent_stopped", ev.reason)
+			sv.wg.Add(1)
+			go func() {
+				defer sv.wg.Done()
+				_ = s.Stop(ctx, ev.reason)
+			}()
+		}
+		ev.reply <- nil
 	case resetReq:
 		a := all[ev.name]
 		if a == nil {
-			ev.reply <- fmt.Errorf("no agent named %q", ev.name)
+			ev.reply <- fmt.Errorf("no agent named %q: %w", ev.name, ErrNoAgent)
 			return
 		}
+		a.held = false
 		if a.state == StateFailed {
 			a.state, a.crashes, a.attempt = StateStopped, nil, 0
 			sv.audit(a, "agent_reset", "operator restart")
@@ -186,6 +221,7 @@ func (sv *Supervisor) handle(ctx context.Context, all map[string]*agent, ev any)
 	case startedEv:
 		a := all[ev.name]
 		if ev.res.err != nil {
+			a.lastErr = ev.res.err
 			sv.log.Error("agent start failed", "agent", a.def.Name, "error", ev.res.err)
 			sv.crashed(ctx, a, ev.res.err)
 			return
@@ -214,11 +250,12 @@ func (sv *Supervisor) handle(ctx context.Context, all map[string]*agent, ev any)
 		}
 		a.sess = nil
 		if err := ev.sess.Err(); err != nil {
+			a.lastErr = err
 			sv.crashed(ctx, a, err)
 			return
 		}
 		a.state, a.attempt = StateStopped, 0
-		if a.def.Autostart || len(a.waiters) > 0 {
+		if (a.def.Autostart && !a.held) || len(a.waiters) > 0 {
 			sv.start(ctx, a)
 		}
 	case retryEv:
@@ -284,7 +321,7 @@ func (sv *Supervisor) crashed(ctx context.Context, a *agent, err error) {
 		a.waiters = nil
 		return
 	}
-	if !a.def.Autostart && len(a.waiters) == 0 {
+	if (!a.def.Autostart || a.held) && len(a.waiters) == 0 {
 		a.state = StateStopped // started again on demand
 		return
 	}
@@ -380,16 +417,76 @@ func (sv *Supervisor) Prompt(ctx context.Context, name, content string, metadata
 
 // States returns every agent's state.
 func (sv *Supervisor) States(ctx context.Context) (map[string]AgentState, error) {
-	reply := make(chan map[string]AgentState, 1)
+	all, err := sv.Agents(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]AgentState, len(all))
+	for _, a := range all {
+		m[a.Name] = a.State
+	}
+	return m, nil
+}
+
+// Agents returns every agent's status, in the order of the definitions.
+func (sv *Supervisor) Agents(ctx context.Context) ([]AgentStatus, error) {
+	reply := make(chan []AgentStatus, 1)
 	if err := sv.request(ctx, stateReq{reply: reply}); err != nil {
 		return nil, err
 	}
 	select {
-	case m := <-reply:
-		return m, nil
+	case all := <-reply:
+		return all, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+func (sv *Supervisor) statuses(all map[string]*agent) []AgentStatus {
+	out := make([]AgentStatus, 0, len(all))
+	now := sv.cfg.Clock.Now()
+	for _, d := range sv.cfg.Set.Agents {
+		a := all[d.Name]
+		st := AgentStatus{Name: d.Name, State: a.state, Held: a.held}
+		for _, t := range a.crashes {
+			if now.Sub(t) <= CrashWindow {
+				st.Crashes++
+			}
+		}
+		if a.sess != nil {
+			st.Session, st.PID, st.Since = a.sess.ID(), a.sess.Pid(), a.sess.StartedAt()
+		}
+		if a.lastErr != nil {
+			st.LastErr = a.lastErr.Error()
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// Stop stops an agent's session gracefully, if it has one, and holds the
+// agent: it is not restarted by autostart until Start. Work sent to it
+// (a delivery, a query) still starts it on demand.
+func (sv *Supervisor) Stop(ctx context.Context, name, reason string) error {
+	reply := make(chan error, 1)
+	if err := sv.request(ctx, stopReq{name: name, reason: reason, reply: reply}); err != nil {
+		return err
+	}
+	select {
+	case err := <-reply:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Start starts an agent's session if it has none: an operator's start,
+// which also releases a Stop and clears a failed state.
+func (sv *Supervisor) Start(ctx context.Context, name string) (*Session, error) {
+	if err := sv.Reset(ctx, name); err != nil {
+		return nil, err
+	}
+	return sv.Ensure(ctx, name)
 }
 
 // Reset clears a failed agent so it can start again (an operator's

@@ -16,6 +16,7 @@ import (
 
 	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/gateway"
+	"github.com/bcpgw/bcpgw/gateway/control"
 	"github.com/bcpgw/bcpgw/gateway/store"
 )
 
@@ -30,8 +31,10 @@ agents, and supervises their runtimes until SIGINT or SIGTERM, when every
 session is stopped gracefully (shutdown, then SIGTERM, then SIGKILL).
 
 --state is where the gateway keeps its durable state (bcpgw.db: the
-delivery outbox, the approval queue and the audit events); it is created
-with mode 0700 if missing. Deliveries accepted before a crash are sent
+delivery outbox, the approval queue and the audit events) and its control
+socket (control.sock, used by bcpgw approvals, status, events ...); it is
+created with mode 0700 if missing, and tightened to 0700 if others can
+reach it. Only one gateway runs on a state directory. Deliveries accepted before a crash are sent
 again on the next run with the same state directory.
 
 Publishes and query answers are validated and charged to the budgets of
@@ -57,9 +60,13 @@ review) waits in the approval queue for --approval-ttl.`,
 			for _, w := range set.Warnings {
 				logger.Warn("definition warning", "warning", w.String())
 			}
-			if err := os.MkdirAll(stateDir, 0o700); err != nil {
-				return &exitError{code: exitFailed, msg: fmt.Sprintf("state directory: %v", err)}
+			// The socket comes first: it finds a gateway already running
+			// on this state directory before anything else is touched.
+			ln, err := control.Listen(filepath.Join(stateDir, control.SocketName))
+			if err != nil {
+				return &exitError{code: exitFailed, msg: err.Error()}
 			}
+			defer ln.Close()
 			st, err := store.Open(filepath.Join(stateDir, "bcpgw.db"))
 			if err != nil {
 				return &exitError{code: exitFailed, msg: err.Error()}
@@ -71,8 +78,13 @@ review) waits in the approval queue for --approval-ttl.`,
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			logger.Info("gateway running", "agents", len(set.Agents), "dir", agentsDir, "state", stateDir)
+			srv := control.NewServer(control.ServerConfig{Backend: gw.Operator(), Logger: logger.Named("control"), Version: version()})
+			served := make(chan error, 1)
+			go func() { served <- srv.Serve(ctx, ln) }()
+			logger.Info("gateway running", "agents", len(set.Agents), "dir", agentsDir, "state", stateDir, "control", ln.Path)
 			err = gw.Run(ctx)
+			stop()
+			err = errors.Join(err, <-served)
 			logger.Info("gateway stopped")
 			return err
 		},

@@ -1,0 +1,248 @@
+package control
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/bcpgw/bcpgw/bcp"
+)
+
+// The methods. Names are stable: clients of other versions rely on them.
+const (
+	MethodStatus           = "status"
+	MethodAgentsList       = "agents.list"
+	MethodAgentsStart      = "agents.start"
+	MethodAgentsStop       = "agents.stop"
+	MethodAgentsPrompt     = "agents.prompt"
+	MethodApprovalsList    = "approvals.list"
+	MethodApprovalsGet     = "approvals.get"
+	MethodApprovalsApprove = "approvals.approve"
+	MethodApprovalsReject  = "approvals.reject"
+	MethodEventsList       = "events.list"
+	MethodSubscribe        = "subscribe"
+	MethodUnsubscribe      = "unsubscribe"
+	MethodReload           = "reload"
+	MethodReport           = "report"
+)
+
+// NotificationEvent is the method of the notifications (requests without
+// an id) that carry subscribed events; the params are an EventNotification.
+const NotificationEvent = "event"
+
+// SocketName is the control socket's file name in the state directory.
+const SocketName = "control.sock"
+
+// Status is the result of status.
+type Status struct {
+	Version   string    `json:"version"`
+	PID       int       `json:"pid"`
+	StartedAt time.Time `json:"started_at"`
+	Socket    string    `json:"socket"`
+	// The gateway's side, from the Backend.
+	AgentsDir         string         `json:"agents_dir"`
+	StateFile         string         `json:"state_file"`
+	Agents            map[string]int `json:"agents"` // agents by state
+	PendingApprovals  int            `json:"pending_approvals"`
+	PendingDeliveries int            `json:"pending_deliveries"`
+	LastEventSeq      int64          `json:"last_event_seq"`
+}
+
+// Agent is one agent in agents.list.
+type Agent struct {
+	Name        string    `json:"name"`
+	Description string    `json:"description,omitempty"`
+	Roles       []string  `json:"roles"` // "controller", "reader"
+	State       string    `json:"state"` // stopped, starting, running, backoff, failed
+	Autostart   bool      `json:"autostart"`
+	Held        bool      `json:"held,omitempty"` // stopped by an operator
+	Session     string    `json:"session,omitempty"`
+	PID         int       `json:"pid,omitempty"`
+	Since       time.Time `json:"since,omitzero"`
+	Crashes     int       `json:"crashes,omitempty"`
+	LastError   string    `json:"last_error,omitempty"`
+	Channels    []Channel `json:"channels"`
+}
+
+// Channel is one side of a link, as seen from the agent that holds it.
+type Channel struct {
+	Peer        string  `json:"peer"`
+	Role        string  `json:"role"` // the peer's role: controller or reader
+	MaxCategory int     `json:"max_category"`
+	BudgetBits  float64 `json:"budget_bits,omitempty"`
+}
+
+// AgentParams names an agent (agents.start, agents.stop).
+type AgentParams struct {
+	Name string `json:"name"`
+}
+
+// PromptParams are the params of agents.prompt.
+type PromptParams struct {
+	Name string `json:"name"`
+	Text string `json:"text"`
+}
+
+// ApprovalsParams are the params of approvals.list.
+type ApprovalsParams struct {
+	// Status filters by status; empty means pending, "all" means every
+	// item.
+	Status string `json:"status,omitempty"`
+}
+
+// IDParams name one approval item (approvals.get).
+type IDParams struct {
+	ID string `json:"id"`
+}
+
+// Approval is one approval item. Response is the exact normalized content
+// that approving delivers; SHA256 is its hash, which a decision must
+// name.
+type Approval struct {
+	ID             string          `json:"id"`
+	Status         string          `json:"status"`
+	Controller     string          `json:"controller"`
+	Reader         string          `json:"reader"`
+	SubscriptionID string          `json:"subscription_id,omitempty"`
+	QueryID        string          `json:"query_id,omitempty"`
+	Category       int             `json:"category"`
+	Directive      string          `json:"directive,omitempty"`
+	Response       json.RawMessage `json:"response"`
+	SHA256         string          `json:"sha256"`
+	Anomalies      []bcp.Anomaly   `json:"anomalies"`
+	BandwidthBits  float64         `json:"bandwidth_bits"`
+	CreatedAt      time.Time       `json:"created_at"`
+	ExpiresAt      time.Time       `json:"expires_at"`
+	DecidedAt      time.Time       `json:"decided_at,omitzero"`
+	DecidedBy      string          `json:"decided_by,omitempty"`
+	DecidedUID     int             `json:"decided_uid,omitempty"`
+	DecidedPID     int             `json:"decided_pid,omitempty"`
+	Reason         string          `json:"reason,omitempty"`
+	Note           string          `json:"note,omitempty"`
+}
+
+// ApproveParams are the params of approvals.approve. SHA256 is the hash
+// of the content the reviewer was shown (Approval.SHA256).
+type ApproveParams struct {
+	ID     string `json:"id"`
+	SHA256 string `json:"sha256"`
+	Note   string `json:"note,omitempty"`
+}
+
+// RejectParams are the params of approvals.reject. SHA256 is optional for
+// a rejection; when given it must match.
+type RejectParams struct {
+	ID     string `json:"id"`
+	SHA256 string `json:"sha256,omitempty"`
+	Reason string `json:"reason"`
+}
+
+// Peer is who is on the other end of a control connection, from the
+// socket's peer credentials. Decisions record it.
+type Peer struct {
+	UID  int    `json:"uid"`
+	GID  int    `json:"gid"`
+	PID  int    `json:"pid"`
+	User string `json:"user"` // the uid's user name, or the uid as text
+}
+
+// EventsParams are the params of events.list.
+type EventsParams struct {
+	Since int64    `json:"since"`           // return events with seq > since
+	Limit int      `json:"limit,omitempty"` // at most this many; default and cap MaxEventsPage
+	Types []string `json:"types,omitempty"` // event kinds; "approval_*" matches a prefix
+}
+
+// MaxEventsPage caps one page of events.list.
+const MaxEventsPage = 1000
+
+// EventsPage is the result of events.list. Next is the cursor to pass as
+// since for the following page (the last seq returned, or since if none).
+type EventsPage struct {
+	Events []Event `json:"events"`
+	Next   int64   `json:"next"`
+}
+
+// Event is one audit event (PROTOCOL.md section 7).
+type Event struct {
+	Seq      int64     `json:"seq"`
+	Time     time.Time `json:"time"`
+	Kind     string    `json:"kind"`
+	Agent    string    `json:"agent,omitempty"`
+	Peer     string    `json:"peer,omitempty"`
+	Code     string    `json:"code,omitempty"`
+	Detail   string    `json:"detail,omitempty"`
+	Category int       `json:"category,omitempty"`
+	Bits     float64   `json:"bits,omitempty"`
+	Ref      string    `json:"ref,omitempty"`
+	// Payload is the (truncated) rejected input kept for forensics.
+	Payload string `json:"payload,omitempty"`
+}
+
+// SubscribeParams are the params of subscribe. Events of the given types
+// (all when empty) with seq > Since are sent as notifications, then every
+// new one as it is stored. Without Since, only events stored after the
+// subscription.
+type SubscribeParams struct {
+	Types []string `json:"types,omitempty"`
+	Since *int64   `json:"since,omitempty"`
+}
+
+// SubscribeResult is the result of subscribe. Cursor is the seq after
+// which notifications start.
+type SubscribeResult struct {
+	Subscription string `json:"subscription"`
+	Cursor       int64  `json:"cursor"`
+}
+
+// UnsubscribeParams are the params of unsubscribe.
+type UnsubscribeParams struct {
+	Subscription string `json:"subscription"`
+}
+
+// EventNotification is the params of an event notification.
+type EventNotification struct {
+	Subscription string `json:"subscription"`
+	Event        Event  `json:"event"`
+}
+
+// MaxSubscriptions bounds the subscriptions of one connection.
+const MaxSubscriptions = 16
+
+// ReloadResult is the result of reload.
+type ReloadResult struct {
+	Changed bool     `json:"changed"`
+	Agents  int      `json:"agents"`
+	Summary []string `json:"summary,omitempty"` // what changed, one line each
+}
+
+// ReportParams are the params of report.
+type ReportParams struct {
+	Agent string `json:"agent,omitempty"` // one Controller; all when empty
+}
+
+// Report is the exposure report: for each Controller session, the bits of
+// Reader-originated information that reached it.
+type Report struct {
+	Sessions []SessionExposure `json:"sessions"`
+}
+
+// SessionExposure is what one Controller session was exposed to. A
+// delivery counts once for every session it was sent to: a session that
+// crashed before acknowledging a delivery may still have read it.
+type SessionExposure struct {
+	Agent     string            `json:"agent"`
+	Session   string            `json:"session"`
+	StartedAt time.Time         `json:"started_at"`
+	EndedAt   time.Time         `json:"ended_at,omitzero"`
+	Bits      float64           `json:"bits"`
+	ByCat     map[int]float64   `json:"by_category"` // bits by category (keys "1", "2", "3" in JSON)
+	Channels  []ChannelExposure `json:"channels"`
+}
+
+// ChannelExposure is the exposure through one channel in one category.
+type ChannelExposure struct {
+	Reader     string  `json:"reader"`
+	Category   int     `json:"category"`
+	Deliveries int     `json:"deliveries"`
+	Bits       float64 `json:"bits"`
+}

@@ -1,0 +1,190 @@
+package control
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"strconv"
+	"sync"
+	"syscall"
+)
+
+// ErrNotRunning is returned by Dial when no gateway answers on the
+// socket.
+var ErrNotRunning = errors.New("the gateway is not running")
+
+// Client is a connection to the control socket. Calls may be made from
+// several goroutines; responses are matched to them by id. Notifications
+// arrive on Notifications.
+type Client struct {
+	c    net.Conn
+	wmu  sync.Mutex // serializes writes
+	done chan struct{}
+
+	mu      sync.Mutex
+	next    int
+	pending map[string]chan rpcReply
+	err     error // why the connection ended
+
+	notes chan EventNotification
+}
+
+type rpcReply struct {
+	Result json.RawMessage `json:"result"`
+	Error  *Error          `json:"error"`
+}
+
+// Dial connects to the control socket at path. If nothing listens there,
+// the error wraps ErrNotRunning and says how to start the gateway.
+func Dial(ctx context.Context, path string) (*Client, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, fmt.Errorf("%w: nothing answers on %s (start it with bcpgw run, or check --state)", ErrNotRunning, path)
+		}
+		if errors.Is(err, fs.ErrPermission) {
+			return nil, fmt.Errorf("control socket %s: permission denied: only the user running the gateway (and root) may use it", path)
+		}
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	cl := &Client{c: c, done: make(chan struct{}), pending: map[string]chan rpcReply{}, notes: make(chan EventNotification, 256)}
+	go cl.read()
+	return cl, nil
+}
+
+// Close closes the connection; pending calls fail.
+func (cl *Client) Close() error {
+	err := cl.c.Close()
+	<-cl.done
+	return err
+}
+
+// Done is closed when the connection has ended (Err says why).
+func (cl *Client) Done() <-chan struct{} { return cl.done }
+
+// Err is why the connection ended, once Done is closed.
+func (cl *Client) Err() error {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return cl.err
+}
+
+// Notifications delivers subscribed events. It is closed when the
+// connection ends. A client that subscribes must keep reading it: while
+// it is full, responses to calls wait too.
+func (cl *Client) Notifications() <-chan EventNotification { return cl.notes }
+
+// read owns the connection's read side.
+func (cl *Client) read() {
+	defer close(cl.done)
+	defer close(cl.notes)
+	sc := bufio.NewScanner(cl.c)
+	sc.Buffer(make([]byte, 0, 64*1024), 64<<20)
+	var err error
+	for sc.Scan() {
+		var msg struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+			Params json.RawMessage `json:"params"`
+			rpcReply
+		}
+		if err = json.Unmarshal(sc.Bytes(), &msg); err != nil {
+			err = fmt.Errorf("control socket: bad line from the gateway: %w", err)
+			break
+		}
+		if msg.Method != "" { // a notification
+			var n EventNotification
+			if msg.Method == NotificationEvent && json.Unmarshal(msg.Params, &n) == nil {
+				cl.notes <- n
+			}
+			continue
+		}
+		if string(msg.ID) == "null" && msg.Error != nil {
+			err = msg.Error // the gateway refused the connection
+			break
+		}
+		cl.mu.Lock()
+		ch, ok := cl.pending[string(msg.ID)]
+		delete(cl.pending, string(msg.ID))
+		cl.mu.Unlock()
+		if ok {
+			ch <- msg.rpcReply
+		}
+	}
+	if err == nil {
+		err = sc.Err()
+	}
+	if err == nil {
+		err = errors.New("control socket: the gateway closed the connection")
+	}
+	cl.mu.Lock()
+	cl.err = err
+	for id, ch := range cl.pending {
+		close(ch)
+		delete(cl.pending, id)
+	}
+	cl.mu.Unlock()
+}
+
+// Call sends a request and decodes its result into result (which may be
+// nil). An error from the gateway is an *Error.
+func (cl *Client) Call(ctx context.Context, method string, params, result any) error {
+	cl.mu.Lock()
+	if cl.err != nil {
+		err := cl.err
+		cl.mu.Unlock()
+		return err
+	}
+	cl.next++
+	id := strconv.Itoa(cl.next)
+	ch := make(chan rpcReply, 1)
+	cl.pending[id] = ch
+	cl.mu.Unlock()
+	line, err := json.Marshal(struct {
+		JSONRPC string `json:"jsonrpc"`
+		ID      int    `json:"id"`
+		Method  string `json:"method"`
+		Params  any    `json:"params,omitempty"`
+	}{"2.0", cl.next, method, params})
+	if err != nil {
+		cl.forget(id)
+		return fmt.Errorf("%s: %w", method, err)
+	}
+	cl.wmu.Lock()
+	_, err = cl.c.Write(append(line, '\n'))
+	cl.wmu.Unlock()
+	if err != nil {
+		cl.forget(id)
+		return fmt.Errorf("%s: %w", method, err)
+	}
+	select {
+	case r, ok := <-ch:
+		if !ok {
+			return cl.Err()
+		}
+		if r.Error != nil {
+			return r.Error
+		}
+		if result == nil {
+			return nil
+		}
+		if err := json.Unmarshal(r.Result, result); err != nil {
+			return fmt.Errorf("%s: decode result: %w", method, err)
+		}
+		return nil
+	case <-ctx.Done():
+		cl.forget(id)
+		return ctx.Err()
+	}
+}
+
+func (cl *Client) forget(id string) {
+	cl.mu.Lock()
+	delete(cl.pending, id)
+	cl.mu.Unlock()
+}

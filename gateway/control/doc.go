@@ -1,0 +1,39 @@
+// Package control is the gateway's operator API: JSON-RPC 2.0 over a Unix
+// socket (STATE/control.sock), one JSON object per line in each direction.
+//
+// The package holds both ends and the types they share, so the command
+// line, the terminal approval queue and the gateway cannot drift apart:
+// Listen and Server serve a Backend (the gateway implements it); Dial and
+// Client call it.
+//
+// Only the user running the gateway, and root, may connect. The socket is
+// created 0600, inside a 0700 directory, through a private temporary
+// directory so it is never reachable by anyone else, not even between
+// bind and chmod; then every connection's peer credentials (SO_PEERCRED)
+// are checked, so a loosened mode cannot let another uid in. Decisions on
+// approval items record the deciding user, uid and pid from those
+// credentials.
+//
+// Events reach subscribers as notifications (requests without an id),
+// method "event". A subscription reads the durable event log from its
+// cursor, so a slow client falls behind and catches up without gaps and
+// without the gateway buffering for it.
+//
+// Error codes are stable; each also carries its name as data.reason:
+//
+//	-32700 parse_error       the line is not JSON
+//	-32600 invalid_request   not a JSON-RPC 2.0 request (batches are not supported)
+//	-32601 method_not_found
+//	-32602 invalid_params    missing, unknown or malformed params
+//	-32603 internal_error
+//	-32001 not_found         no such approval item, agent or subscription
+//	-32002 already_decided   an approval item is decided once
+//	-32003 hash_mismatch     the content shown is not the content stored
+//	-32004 expired           the item expired before the decision
+//	-32005 revoked           its channel or subscription is gone; the item was dropped
+//	-32006 not_running       the gateway is starting or stopping
+//	-32007 permission_denied the peer's uid may not use the socket
+//	-32008 agent_failed      the agent crashed too often
+//	-32009 unavailable       the gateway cannot do this now (see the message)
+//	-32010 limit             too many subscriptions or connections
+package control

@@ -1,0 +1,624 @@
+package control
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/user"
+	"regexp"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// Backend is what the control API operates on: the gateway. The gateway
+// package implements it; tests may use a fake. Errors that are *Error
+// reach the client as they are; others become CodeInternal.
+type Backend interface {
+	Status(ctx context.Context) (Status, error)
+	Agents(ctx context.Context) ([]Agent, error)
+	StartAgent(ctx context.Context, by Peer, name string) error
+	StopAgent(ctx context.Context, by Peer, name string) error
+	Prompt(ctx context.Context, by Peer, p PromptParams) error
+	Approvals(ctx context.Context, status string) ([]Approval, error)
+	Approval(ctx context.Context, id string) (Approval, error)
+	Approve(ctx context.Context, by Peer, p ApproveParams) (Approval, error)
+	Reject(ctx context.Context, by Peer, p RejectParams) (Approval, error)
+	Events(ctx context.Context, since int64, limit int, types []string) ([]Event, error)
+	LastEventSeq(ctx context.Context) (int64, error)
+	// EventsChanged returns a channel closed when new events are stored.
+	EventsChanged() <-chan struct{}
+	Reload(ctx context.Context, by Peer) (ReloadResult, error)
+	Report(ctx context.Context, p ReportParams) (Report, error)
+	// Refused records a connection refused for its credentials.
+	Refused(p Peer, why string)
+}
+
+// ServerConfig configures a Server.
+type ServerConfig struct {
+	Backend Backend
+	Logger  hclog.Logger
+	Version string // reported by status
+	// MaxConns bounds concurrent connections; default 64. More are
+	// refused with CodeLimit.
+	MaxConns int
+	// WriteTimeout is how long a client may leave a line unread before
+	// its connection is closed; default 10s. A client that stops reading
+	// cannot hold up the gateway.
+	WriteTimeout time.Duration
+}
+
+// Limits of one connection.
+const (
+	maxLine     = 1 << 20 // bytes of one request
+	maxInFlight = 8       // requests of one connection handled at once
+	outQueue    = 64      // lines waiting for the writer
+)
+
+// Server answers JSON-RPC 2.0 requests, one JSON object per line, on the
+// control socket. Each connection is checked with its peer credentials
+// first: only the gateway's own uid and root may use it.
+type Server struct {
+	cfg     ServerConfig
+	log     hclog.Logger
+	uid     int
+	started time.Time
+
+	mu    sync.Mutex
+	path    string // the socket, once serving
+	closing bool   // Serve is closing every connection
+	conns   map[*conn]struct{}
+	wg    sync.WaitGroup // connections
+}
+
+// NewServer returns a server; call Serve.
+func NewServer(cfg ServerConfig) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = 64
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 10 * time.Second
+	}
+	return &Server{cfg: cfg, log: cfg.Logger, uid: os.Getuid(), started: time.Now(), conns: map[*conn]struct{}{}}
+}
+
+// Authorize decides whether a peer may use the control socket of a
+// gateway running as uid self: only the same uid, and root.
+func Authorize(p Peer, self int) error {
+	if p.UID == self || p.UID == 0 {
+		return nil
+	}
+	return Errorf(CodePermission, "uid %d may not use this control socket: only uid %d (the gateway's user) and root may", p.UID, self)
+}
+
+// Serve accepts connections on l until ctx ends, then closes l (removing
+// the socket file), closes every connection and waits for their
+// goroutines.
+func (s *Server) Serve(ctx context.Context, l *Listener) error {
+	s.mu.Lock()
+	s.path = l.Path
+	s.mu.Unlock()
+	stop := context.AfterFunc(ctx, func() { l.Close() })
+	defer stop()
+	var err error
+	for {
+		var c *net.UnixConn
+		c, err = l.ln.AcceptUnix()
+		if err != nil {
+			break
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.serveConn(ctx, c)
+		}()
+	}
+	l.Close()
+	s.mu.Lock()
+	s.closing = true
+	for c := range s.conns {
+		c.close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	if ctx.Err() != nil {
+		return nil
+	}
+	return fmt.Errorf("control socket: %w", err)
+}
+
+// conn is one client connection. Its reader goroutine (serveConn) parses
+// requests and starts a goroutine per request; one writer goroutine owns
+// the socket's write side.
+type conn struct {
+	s    *Server
+	c    *net.UnixConn
+	peer Peer
+
+	ctx    context.Context // ends when the connection closes
+	cancel context.CancelFunc
+	out       chan []byte
+	requests  sync.WaitGroup // requests being handled
+	followers sync.WaitGroup // subscriptions' followers
+	slots     chan struct{}  // bounds requests in flight
+
+	mu   sync.Mutex
+	subs map[string]context.CancelFunc
+	next int
+}
+
+func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
+	defer c.Close()
+	peer, err := peerCred(c)
+	if err == nil {
+		err = Authorize(peer, s.uid)
+	}
+	if err != nil {
+		s.log.Warn("control connection refused", "uid", peer.UID, "pid", peer.PID, "error", err)
+		s.cfg.Backend.Refused(peer, err.Error())
+		s.refuse(c, CodePermission, err.Error())
+		return
+	}
+	peer.User = userName(peer.UID)
+	cc := &conn{s: s, c: c, peer: peer, out: make(chan []byte, outQueue), slots: make(chan struct{}, maxInFlight), subs: map[string]context.CancelFunc{}}
+	cc.ctx, cc.cancel = context.WithCancel(ctx)
+	defer cc.cancel()
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return
+	}
+	if len(s.conns) >= s.cfg.MaxConns {
+		s.mu.Unlock()
+		s.refuse(c, CodeLimit, fmt.Sprintf("too many control connections (%d)", s.cfg.MaxConns))
+		return
+	}
+	s.conns[cc] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, cc)
+		s.mu.Unlock()
+	}()
+	s.log.Debug("control connection", "user", peer.User, "uid", peer.UID, "pid", peer.PID)
+
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		cc.writer()
+	}()
+	cc.read()
+	// A client may send its requests and close its side: they are
+	// answered before the connection ends. Subscriptions end with it.
+	cc.requests.Wait()
+	cc.cancel()
+	cc.followers.Wait()
+	close(cc.out)
+	<-written
+}
+
+// refuse answers a connection that may not be served with one error line
+// and closes it.
+func (s *Server) refuse(c *net.UnixConn, code int, msg string) {
+	line, _ := json.Marshal(response{JSONRPC: "2.0", ID: json.RawMessage("null"), Error: Errorf(code, "%s", msg)})
+	_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+	_, _ = c.Write(append(line, '\n'))
+}
+
+// close ends the connection: the reader sees EOF, requests see ctx end.
+func (cc *conn) close() {
+	cc.cancel()
+	_ = cc.c.CloseRead()
+}
+
+func userName(uid int) string {
+	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
+		return u.Username
+	}
+	return strconv.Itoa(uid)
+}
+
+// request is a JSON-RPC 2.0 request or notification (no id).
+type request struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Method  string          `json:"method"`
+	Params  json.RawMessage `json:"params"`
+}
+
+type response struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Result  any             `json:"result,omitempty"`
+	Error   *Error          `json:"error,omitempty"`
+}
+
+type notification struct {
+	JSONRPC string `json:"jsonrpc"`
+	Method  string `json:"method"`
+	Params  any    `json:"params"`
+}
+
+// read parses lines until EOF or an overlong line, and runs each request
+// on a goroutine of its own (at most maxInFlight at once).
+func (cc *conn) read() {
+	sc := bufio.NewScanner(cc.c)
+	sc.Buffer(make([]byte, 0, 4096), maxLine)
+	for sc.Scan() {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		req, rerr := parseRequest(line)
+		if rerr != nil {
+			id := json.RawMessage("null")
+			if req != nil && req.ID != nil {
+				id = req.ID
+			}
+			cc.send(response{JSONRPC: "2.0", ID: id, Error: rerr})
+			continue
+		}
+		select {
+		case cc.slots <- struct{}{}:
+		case <-cc.ctx.Done():
+			return
+		}
+		cc.requests.Add(1)
+		go func() {
+			defer cc.requests.Done()
+			defer func() { <-cc.slots }()
+			cc.handle(req)
+		}()
+	}
+	if errors.Is(sc.Err(), bufio.ErrTooLong) {
+		cc.send(response{JSONRPC: "2.0", ID: json.RawMessage("null"),
+			Error: Errorf(CodeInvalidRequest, "request longer than %d bytes; closing the connection", maxLine)})
+	}
+}
+
+// parseRequest checks the JSON-RPC envelope. On an error, the request is
+// returned too when its id could be read, so the error can name it.
+func parseRequest(line []byte) (*request, *Error) {
+	if line[0] == '[' {
+		return nil, Errorf(CodeInvalidRequest, "batch requests are not supported: send one request per line")
+	}
+	var req request
+	if err := json.Unmarshal(line, &req); err != nil {
+		var syn *json.SyntaxError
+		if errors.As(err, &syn) || !json.Valid(line) {
+			return nil, Errorf(CodeParseError, "not JSON: %v", err)
+		}
+		return nil, Errorf(CodeInvalidRequest, "not a JSON-RPC request: %v", err)
+	}
+	if req.ID != nil && !validID(req.ID) {
+		return nil, Errorf(CodeInvalidRequest, "id must be a string, a number or null")
+	}
+	switch {
+	case req.JSONRPC != "2.0":
+		return &req, Errorf(CodeInvalidRequest, `"jsonrpc" must be "2.0"`)
+	case req.Method == "":
+		return &req, Errorf(CodeInvalidRequest, `"method" is missing`)
+	}
+	return &req, nil
+}
+
+func validID(id json.RawMessage) bool {
+	switch id[0] {
+	case '"', 'n', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		return true
+	}
+	return false
+}
+
+// handle runs one request and answers it, unless it is a notification.
+func (cc *conn) handle(req *request) {
+	result, after, err := cc.call(req)
+	if req.ID == nil {
+		if after != nil {
+			after()
+		}
+		return
+	}
+	resp := response{JSONRPC: "2.0", ID: req.ID}
+	if err != nil {
+		resp.Error = cc.asError(req.Method, err)
+	} else {
+		if result == nil {
+			result = struct{}{}
+		}
+		resp.Result = result
+	}
+	cc.send(resp)
+	if after != nil && err == nil {
+		after() // a subscription's notifications start after its response
+	}
+}
+
+func (cc *conn) asError(method string, err error) *Error {
+	var e *Error
+	switch {
+	case errors.As(err, &e):
+		return e
+	case cc.ctx.Err() != nil:
+		return Errorf(CodeUnavailable, "the gateway is shutting down")
+	}
+	cc.s.log.Error("control request failed", "method", method, "error", err)
+	return Errorf(CodeInternal, "%s: %v", method, err)
+}
+
+// decode reads params into v, strictly: unknown fields are an error, so a
+// misspelt option is not silently ignored.
+func decode(params json.RawMessage, v any) error {
+	if len(params) == 0 || string(params) == "null" {
+		return nil
+	}
+	if params[0] != '{' {
+		return Errorf(CodeInvalidParams, "params must be an object")
+	}
+	d := json.NewDecoder(bytes.NewReader(params))
+	d.DisallowUnknownFields()
+	if err := d.Decode(v); err != nil {
+		return Errorf(CodeInvalidParams, "params: %v", err)
+	}
+	return nil
+}
+
+// call dispatches a request. after, if not nil, runs once the response is
+// queued.
+func (cc *conn) call(req *request) (result any, after func(), err error) {
+	ctx, b, peer := cc.ctx, cc.s.cfg.Backend, cc.peer
+	switch req.Method {
+	case MethodStatus:
+		if err := decode(req.Params, &struct{}{}); err != nil {
+			return nil, nil, err
+		}
+		st, err := b.Status(ctx)
+		st.Version, st.PID, st.StartedAt = cc.s.cfg.Version, os.Getpid(), cc.s.started
+		cc.s.mu.Lock()
+		st.Socket = cc.s.path
+		cc.s.mu.Unlock()
+		return st, nil, err
+	case MethodAgentsList:
+		if err := decode(req.Params, &struct{}{}); err != nil {
+			return nil, nil, err
+		}
+		all, err := b.Agents(ctx)
+		return all, nil, err
+	case MethodAgentsStart, MethodAgentsStop:
+		var p AgentParams
+		if err := decode(req.Params, &p); err != nil {
+			return nil, nil, err
+		}
+		if p.Name == "" {
+			return nil, nil, Errorf(CodeInvalidParams, `"name" is required`)
+		}
+		if req.Method == MethodAgentsStart {
+			return nil, nil, b.StartAgent(ctx, peer, p.Name)
+		}
+		return nil, nil, b.StopAgent(ctx, peer, p.Name)
+	case MethodAgentsPrompt:
+		var p PromptParams
+		if err := decode(req.Params, &p); err != nil {
+			return nil, nil, err
+		}
+		if p.Name == "" || p.Text == "" {
+			return nil, nil, Errorf(CodeInvalidParams, `"name" and "text" are required`)
+		}
+		return nil, nil, b.Prompt(ctx, peer, p)
+	case MethodApprovalsList:
+		var p ApprovalsParams
+		if err := decode(req.Params, &p); err != nil {
+			return nil, nil, err
+		}
+		items, err := b.Approvals(ctx, p.Status)
+		if items == nil {
+			items = []Approval{}
+		}
+		return items, nil, err
+	case MethodApprovalsGet:
+		var p IDParams
+		if err := decode(req.Params, &p); err != nil {
+			return nil, nil, err
+		}
+		if p.ID == "" {
+			return nil, nil, Errorf(CodeInvalidParams, `"id" is required`)
+		}
+		a, err := b.Approval(ctx, p.ID)
+		return a, nil, err
+	case MethodApprovalsApprove:
+		var p ApproveParams
+		if err := decode(req.Params, &p); err != nil {
+			return nil, nil, err
+		}
+		if p.ID == "" || p.SHA256 == "" {
+			return nil, nil, Errorf(CodeInvalidParams, `"id" and "sha256" (the hash of the content shown) are required`)
+		}
+		a, err := b.Approve(ctx, peer, p)
+		return a, nil, err
+	case MethodApprovalsReject:
+		var p RejectParams
+		if err := decode(req.Params, &p); err != nil {
+			return nil, nil, err
+		}
+		if p.ID == "" || p.Reason == "" {
+			return nil, nil, Errorf(CodeInvalidParams, `"id" and "reason" are required`)
+		}
+		a, err := b.Reject(ctx, peer, p)
+		return a, nil, err
+	case MethodEventsList:
+		var p EventsParams
+		if err := decode(req.Params, &p); err != nil {
+			return nil, nil, err
+		}
+		if err := checkTypes(p.Types); err != nil {
+			return nil, nil, err
+		}
+		if p.Limit <= 0 || p.Limit > MaxEventsPage {
+			p.Limit = MaxEventsPage
+		}
+		evs, err := b.Events(ctx, p.Since, p.Limit, p.Types)
+		page := EventsPage{Events: evs, Next: p.Since}
+		if page.Events == nil {
+			page.Events = []Event{}
+		}
+		if n := len(evs); n > 0 {
+			page.Next = evs[n-1].Seq
+		}
+		return page, nil, err
+	case MethodSubscribe:
+		return cc.subscribe(req.Params)
+	case MethodUnsubscribe:
+		var p UnsubscribeParams
+		if err := decode(req.Params, &p); err != nil {
+			return nil, nil, err
+		}
+		cc.mu.Lock()
+		stop, ok := cc.subs[p.Subscription]
+		delete(cc.subs, p.Subscription)
+		cc.mu.Unlock()
+		if !ok {
+			return nil, nil, Errorf(CodeNotFound, "no subscription %q on this connection", p.Subscription)
+		}
+		stop()
+		return nil, nil, nil
+	case MethodReload:
+		if err := decode(req.Params, &struct{}{}); err != nil {
+			return nil, nil, err
+		}
+		r, err := b.Reload(ctx, peer)
+		return r, nil, err
+	case MethodReport:
+		var p ReportParams
+		if err := decode(req.Params, &p); err != nil {
+			return nil, nil, err
+		}
+		r, err := b.Report(ctx, p)
+		return r, nil, err
+	}
+	return nil, nil, Errorf(CodeMethodNotFound, "no method %q", req.Method)
+}
+
+var typeRule = regexp.MustCompile(`^[a-z0-9_]{1,64}\*?$`)
+
+func checkTypes(types []string) error {
+	for _, t := range types {
+		if !typeRule.MatchString(t) {
+			return Errorf(CodeInvalidParams, "event type %q: use a kind such as approval_queued, or a prefix such as approval_*", t)
+		}
+	}
+	return nil
+}
+
+// subscribe registers a subscription; its follower starts after the
+// response is queued, so the client hears the id before any event.
+func (cc *conn) subscribe(params json.RawMessage) (any, func(), error) {
+	var p SubscribeParams
+	if err := decode(params, &p); err != nil {
+		return nil, nil, err
+	}
+	if err := checkTypes(p.Types); err != nil {
+		return nil, nil, err
+	}
+	var cursor int64
+	if p.Since != nil {
+		cursor = max(*p.Since, 0)
+	} else {
+		seq, err := cc.s.cfg.Backend.LastEventSeq(cc.ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		cursor = seq
+	}
+	cc.mu.Lock()
+	if len(cc.subs) >= MaxSubscriptions {
+		cc.mu.Unlock()
+		return nil, nil, Errorf(CodeLimit, "at most %d subscriptions per connection", MaxSubscriptions)
+	}
+	cc.next++
+	id := "sub-" + strconv.Itoa(cc.next)
+	ctx, stop := context.WithCancel(cc.ctx)
+	cc.subs[id] = stop
+	cc.followers.Add(1) // before the response, so the connection's end waits for the follower
+	cc.mu.Unlock()
+	start := func() {
+		go func() {
+			defer cc.followers.Done()
+			defer stop()
+			cc.follow(ctx, id, cursor, p.Types)
+		}()
+	}
+	return SubscribeResult{Subscription: id, Cursor: cursor}, start, nil
+}
+
+// follow sends every event after cursor, then each new one as it is
+// stored, until ctx ends. It reads from the store rather than from a
+// queue of its own, so a slow client falls behind without the gateway
+// holding anything for it, and catches up without gaps.
+func (cc *conn) follow(ctx context.Context, id string, cursor int64, types []string) {
+	b := cc.s.cfg.Backend
+	for {
+		changed := b.EventsChanged()
+		evs, err := b.Events(ctx, cursor, 256, types)
+		if err != nil {
+			if ctx.Err() == nil {
+				cc.s.log.Error("control subscription: read events", "error", err)
+			}
+			return
+		}
+		for _, e := range evs {
+			if !cc.send(notification{JSONRPC: "2.0", Method: NotificationEvent, Params: EventNotification{Subscription: id, Event: e}}) {
+				return
+			}
+			cursor = e.Seq
+		}
+		if len(evs) > 0 {
+			continue
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// send queues one line for the writer; false once the connection is
+// closing.
+func (cc *conn) send(v any) bool {
+	line, err := json.Marshal(v)
+	if err != nil {
+		cc.s.log.Error("control: encode", "error", err)
+		line, _ = json.Marshal(response{JSONRPC: "2.0", ID: json.RawMessage("null"), Error: Errorf(CodeInternal, "encode: %v", err)})
+	}
+	select {
+	case cc.out <- append(line, '\n'):
+		return true
+	case <-cc.ctx.Done():
+		return false
+	}
+}
+
+// writer writes queued lines until the queue closes. A client that does
+// not read within WriteTimeout is disconnected.
+func (cc *conn) writer() {
+	for line := range cc.out {
+		if cc.ctx.Err() != nil {
+			continue // closing: drain
+		}
+		_ = cc.c.SetWriteDeadline(time.Now().Add(cc.s.cfg.WriteTimeout))
+		if _, err := cc.c.Write(line); err != nil {
+			cc.s.log.Debug("control connection: write", "error", err)
+			cc.close()
+		}
+	}
+}

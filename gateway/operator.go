@@ -1,0 +1,351 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/bcpgw/bcpgw/agents"
+	"github.com/bcpgw/bcpgw/bcp"
+	"github.com/bcpgw/bcpgw/gateway/control"
+	"github.com/bcpgw/bcpgw/gateway/store"
+)
+
+// Operator is the gateway as the control socket serves it: it implements
+// control.Backend, translating between the API's types and the gateway's,
+// and mapping errors to the API's stable codes. Every operator action is
+// also an event naming who acted.
+type Operator struct {
+	g *Gateway
+}
+
+var _ control.Backend = (*Operator)(nil)
+
+// Operator returns the gateway's control.Backend.
+func (g *Gateway) Operator() *Operator { return &Operator{g: g} }
+
+func decider(p control.Peer) Decider { return Decider{Name: p.User, UID: p.UID, PID: p.PID} }
+
+// acted records an operator's action.
+func (o *Operator) acted(kind, agent string, by control.Peer, detail string) {
+	o.g.event(store.Event{Time: o.g.now(), Kind: kind, Agent: agent, Detail: detail + " by " + decider(by).String()})
+}
+
+// Status implements control.Backend.
+func (o *Operator) Status(ctx context.Context) (control.Status, error) {
+	st := control.Status{AgentsDir: o.g.set.Load().Dir, StateFile: o.g.cfg.Store.Path(), Agents: map[string]int{}}
+	all, err := o.g.sv.Agents(ctx)
+	if err != nil {
+		return st, err
+	}
+	for _, a := range all {
+		st.Agents[string(a.State)]++
+	}
+	pending, err := o.g.cfg.Store.Approvals(ctx, store.ApprovalPending)
+	if err != nil {
+		return st, err
+	}
+	st.PendingApprovals = len(pending)
+	deliveries, err := o.g.cfg.Store.PendingDeliveries(ctx)
+	if err != nil {
+		return st, err
+	}
+	st.PendingDeliveries = len(deliveries)
+	st.LastEventSeq, err = o.g.cfg.Store.LastEventSeq(ctx)
+	return st, err
+}
+
+// Agents implements control.Backend.
+func (o *Operator) Agents(ctx context.Context) ([]control.Agent, error) {
+	set := o.g.set.Load()
+	states, err := o.g.sv.Agents(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]control.Agent, 0, len(states))
+	for _, st := range states {
+		d := set.Agent(st.Name)
+		if d == nil {
+			continue
+		}
+		a := control.Agent{
+			Name: d.Name, Description: d.Description, Roles: roles(d), State: string(st.State), Autostart: d.Autostart,
+			Held: st.Held, Session: st.Session, PID: st.PID, Since: st.Since, Crashes: st.Crashes, LastError: st.LastErr,
+			Channels: []control.Channel{},
+		}
+		for _, ch := range d.Channels {
+			a.Channels = append(a.Channels, control.Channel{Peer: ch.Peer, Role: string(ch.Role), MaxCategory: int(ch.MaxCategory), BudgetBits: float64(ch.BudgetBits)})
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// roles are the sides an agent holds: it is a Controller if it has a
+// channel to a Reader, and a Reader if it has one to a Controller.
+func roles(d *agents.Definition) []string {
+	var c, r bool
+	for _, ch := range d.Channels {
+		c = c || ch.Role == agents.RoleReader
+		r = r || ch.Role == agents.RoleController
+	}
+	out := []string{}
+	if c {
+		out = append(out, "controller")
+	}
+	if r {
+		out = append(out, "reader")
+	}
+	return out
+}
+
+// agentError maps the supervisor's errors to the API's codes.
+func agentError(name string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrNoAgent):
+		return control.Errorf(control.CodeNotFound, "no agent named %q (see bcpgw agents)", name)
+	case errors.Is(err, ErrAgentFailed):
+		return control.Errorf(control.CodeAgentFailed, "%v", err)
+	}
+	return err
+}
+
+// StartAgent implements control.Backend.
+func (o *Operator) StartAgent(ctx context.Context, by control.Peer, name string) error {
+	if _, err := o.g.sv.Start(ctx, name); err != nil {
+		return agentError(name, err)
+	}
+	o.acted("operator_start", name, by, "started")
+	return nil
+}
+
+// StopAgent implements control.Backend.
+func (o *Operator) StopAgent(ctx context.Context, by control.Peer, name string) error {
+	if err := o.g.sv.Stop(ctx, name, "stopped by "+decider(by).String()); err != nil {
+		return agentError(name, err)
+	}
+	o.acted("operator_stop", name, by, "stopped")
+	return nil
+}
+
+// Prompt implements control.Backend.
+func (o *Operator) Prompt(ctx context.Context, by control.Peer, p control.PromptParams) error {
+	meta := map[string]any{"source": "operator", "user": by.User}
+	if err := o.g.sv.Prompt(ctx, p.Name, p.Text, meta); err != nil {
+		return agentError(p.Name, err)
+	}
+	o.acted("operator_prompt", p.Name, by, fmt.Sprintf("prompt of %d bytes", len(p.Text)))
+	return nil
+}
+
+// Approvals implements control.Backend: pending items when status is
+// empty, every item when it is "all".
+func (o *Operator) Approvals(ctx context.Context, status string) ([]control.Approval, error) {
+	var st store.ApprovalStatus
+	switch status {
+	case "", string(store.ApprovalPending):
+		st = store.ApprovalPending
+	case "all":
+	case string(store.ApprovalApproved), string(store.ApprovalRejected), string(store.ApprovalExpired), string(store.ApprovalDropped):
+		st = store.ApprovalStatus(status)
+	default:
+		return nil, control.Errorf(control.CodeInvalidParams, "status %q: use pending, approved, rejected, expired, dropped or all", status)
+	}
+	items, err := o.g.Approvals(ctx, st)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]control.Approval, len(items))
+	for i := range items {
+		out[i] = approvalView(&items[i])
+	}
+	return out, nil
+}
+
+// Approval implements control.Backend.
+func (o *Operator) Approval(ctx context.Context, id string) (control.Approval, error) {
+	a, err := o.g.Approval(ctx, id)
+	if err != nil {
+		return control.Approval{}, decisionError(id, a, err)
+	}
+	return approvalView(a), nil
+}
+
+// Approve implements control.Backend.
+func (o *Operator) Approve(ctx context.Context, by control.Peer, p control.ApproveParams) (control.Approval, error) {
+	a, err := o.g.Approve(ctx, p.ID, p.SHA256, decider(by), p.Note)
+	if err != nil {
+		return control.Approval{}, decisionError(p.ID, a, err)
+	}
+	return approvalView(a), nil
+}
+
+// Reject implements control.Backend.
+func (o *Operator) Reject(ctx context.Context, by control.Peer, p control.RejectParams) (control.Approval, error) {
+	a, err := o.g.Reject(ctx, p.ID, p.SHA256, decider(by), p.Reason)
+	if err != nil {
+		return control.Approval{}, decisionError(p.ID, a, err)
+	}
+	return approvalView(a), nil
+}
+
+// decisionError maps the errors of a decision to the API's codes, with a
+// message that says what happened to the item.
+func decisionError(id string, a *store.Approval, err error) error {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return control.Errorf(control.CodeNotFound, "no approval item %q (see bcpgw approvals list)", id)
+	case errors.Is(err, store.ErrDecided):
+		if a != nil {
+			return control.Errorf(control.CodeAlreadyDecided, "approval item %s was already %s by %s at %s; nothing was changed",
+				id, a.Status, a.DecidedBy, a.DecidedAt.Format("2006-01-02 15:04:05Z07:00"))
+		}
+		return control.Errorf(control.CodeAlreadyDecided, "approval item %s was already decided; nothing was changed", id)
+	case errors.Is(err, store.ErrHashMismatch):
+		return control.Errorf(control.CodeHashMismatch, "approval item %s: the content you were shown is not the content stored; look at it again", id)
+	case errors.Is(err, store.ErrExpired):
+		return control.Errorf(control.CodeExpired, "approval item %s expired before the decision; the Reader was told", id)
+	case errors.Is(err, ErrRevoked):
+		return control.Errorf(control.CodeRevoked, "%v; the item was dropped", err)
+	case errors.Is(err, ErrNotRunning):
+		return control.Errorf(control.CodeNotRunning, "the gateway is still starting; try again in a moment")
+	}
+	return err
+}
+
+func approvalView(a *store.Approval) control.Approval {
+	v := control.Approval{
+		ID: a.ID, Status: string(a.Status), Controller: a.Controller, Reader: a.Reader, SubscriptionID: a.SubscriptionID,
+		QueryID: a.QueryID, Category: int(a.Category), Directive: a.Directive, Response: a.Response, SHA256: a.SHA256,
+		Anomalies: a.Anomalies, BandwidthBits: a.Bits, CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt,
+		DecidedAt: a.DecidedAt, DecidedBy: a.DecidedBy, DecidedUID: a.DecidedUID, DecidedPID: a.DecidedPID,
+		Reason: a.Reason, Note: a.Note,
+	}
+	if v.Anomalies == nil {
+		v.Anomalies = []bcp.Anomaly{}
+	}
+	return v
+}
+
+// Events implements control.Backend.
+func (o *Operator) Events(ctx context.Context, since int64, limit int, types []string) ([]control.Event, error) {
+	evs, err := o.g.cfg.Store.Events(ctx, since, limit, types...)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]control.Event, len(evs))
+	for i, e := range evs {
+		out[i] = control.Event{Seq: e.Seq, Time: e.Time, Kind: e.Kind, Agent: e.Agent, Peer: e.Peer, Code: e.Code,
+			Detail: e.Detail, Category: e.Category, Bits: e.Bits, Ref: e.Ref, Payload: strings.ToValidUTF8(string(e.Payload), "\uFFFD")}
+	}
+	return out, nil
+}
+
+// LastEventSeq implements control.Backend.
+func (o *Operator) LastEventSeq(ctx context.Context) (int64, error) {
+	return o.g.cfg.Store.LastEventSeq(ctx)
+}
+
+// EventsChanged implements control.Backend.
+func (o *Operator) EventsChanged() <-chan struct{} { return o.g.cfg.Store.EventsChanged() }
+
+// Reload implements control.Backend.
+func (o *Operator) Reload(ctx context.Context, by control.Peer) (control.ReloadResult, error) {
+	return control.ReloadResult{}, control.Errorf(control.CodeUnavailable,
+		"this gateway does not reload definitions yet: restart it to load changed definitions")
+}
+
+// Refused implements control.Backend.
+func (o *Operator) Refused(p control.Peer, why string) {
+	o.g.event(store.Event{Time: o.g.now(), Kind: "control_refused", Code: "permission_denied",
+		Detail: fmt.Sprintf("uid %d, pid %d: %s", p.UID, p.PID, why)})
+}
+
+// Report implements control.Backend. It replays the event log: each
+// delivery sent to a Controller counts for the session that Controller had
+// at that moment (the last session_started before it, as the log is in
+// commit order). A delivery re-sent after a crash counts for each session
+// it was sent to: the crashed one may have read it.
+func (o *Operator) Report(ctx context.Context, p control.ReportParams) (control.Report, error) {
+	set := o.g.set.Load()
+	if p.Agent != "" && set.Agent(p.Agent) == nil {
+		return control.Report{}, control.Errorf(control.CodeNotFound, "no agent named %q (see bcpgw agents)", p.Agent)
+	}
+	controllers := map[string]bool{}
+	for _, l := range set.Links {
+		controllers[l.Controller.Name] = true
+	}
+	var sessions []*control.SessionExposure
+	byRef := map[string]*control.SessionExposure{}
+	current := map[string]*control.SessionExposure{} // by agent
+	open := func(agent, ref string, e store.Event) *control.SessionExposure {
+		s := &control.SessionExposure{Agent: agent, Session: ref, StartedAt: e.Time, ByCat: map[int]float64{}, Channels: []control.ChannelExposure{}}
+		sessions = append(sessions, s)
+		if ref != "" {
+			byRef[ref] = s
+		}
+		current[agent] = s
+		return s
+	}
+	// The events that delimit sessions and carry deliveries.
+	kinds := []string{"session_started", "session_stopped", "session_crashed", "delivery_sent", "delivery_retried"}
+	const page = 5000
+	var since int64
+	for {
+		evs, err := o.g.cfg.Store.Events(ctx, since, page, kinds...)
+		if err != nil {
+			return control.Report{}, err
+		}
+		for _, e := range evs {
+			since = e.Seq
+			if p.Agent != "" && e.Agent != p.Agent {
+				continue
+			}
+			switch e.Kind {
+			case "session_started":
+				open(e.Agent, e.Ref, e)
+			case "session_stopped", "session_crashed":
+				if s := byRef[e.Ref]; s != nil && s.EndedAt.IsZero() {
+					s.EndedAt = e.Time
+				}
+			default: // a delivery
+				s := current[e.Agent]
+				if s == nil {
+					s = open(e.Agent, "", e) // its session started before the log did
+				}
+				addExposure(s, e.Peer, e.Category, e.Bits)
+			}
+		}
+		if len(evs) < page {
+			break
+		}
+	}
+	r := control.Report{Sessions: []control.SessionExposure{}}
+	for _, s := range sessions {
+		if controllers[s.Agent] || s.Bits > 0 {
+			sort.Slice(s.Channels, func(i, j int) bool {
+				a, b := s.Channels[i], s.Channels[j]
+				return a.Reader < b.Reader || a.Reader == b.Reader && a.Category < b.Category
+			})
+			r.Sessions = append(r.Sessions, *s)
+		}
+	}
+	return r, nil
+}
+
+func addExposure(s *control.SessionExposure, reader string, cat int, bits float64) {
+	s.Bits += bits
+	s.ByCat[cat] += bits
+	for i := range s.Channels {
+		if c := &s.Channels[i]; c.Reader == reader && c.Category == cat {
+			c.Deliveries++
+			c.Bits += bits
+			return
+		}
+	}
+	s.Channels = append(s.Channels, control.ChannelExposure{Reader: reader, Category: cat, Deliveries: 1, Bits: bits})
+}
