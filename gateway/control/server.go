@@ -71,11 +71,11 @@ type Server struct {
 	uid     int
 	started time.Time
 
-	mu    sync.Mutex
+	mu      sync.Mutex
 	path    string // the socket, once serving
 	closing bool   // Serve is closing every connection
 	conns   map[*conn]struct{}
-	wg    sync.WaitGroup // connections
+	wg      sync.WaitGroup // connections
 }
 
 // NewServer returns a server; call Serve.
@@ -145,8 +145,8 @@ type conn struct {
 	c    *net.UnixConn
 	peer Peer
 
-	ctx    context.Context // ends when the connection closes
-	cancel context.CancelFunc
+	ctx       context.Context // ends when the connection closes
+	cancel    context.CancelFunc
 	out       chan []byte
 	requests  sync.WaitGroup // requests being handled
 	followers sync.WaitGroup // subscriptions' followers
