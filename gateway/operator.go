@@ -83,13 +83,12 @@ func (o *Operator) Agents(ctx context.Context) ([]control.Agent, error) {
 	return out, nil
 }
 
-// roles are the sides an agent holds: it is a Controller if it has a
-// channel to a Reader, and a Reader if it has one to a Controller.
+// roles are the sides an agent holds on its channels.
 func roles(d *agents.Definition) []string {
 	var c, r bool
 	for _, ch := range d.Channels {
-		c = c || ch.Role == agents.RoleReader
-		r = r || ch.Role == agents.RoleController
+		c = c || ch.Role == agents.RoleController
+		r = r || ch.Role == agents.RoleReader
 	}
 	out := []string{}
 	if c {

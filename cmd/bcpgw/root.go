@@ -10,9 +10,10 @@ import (
 
 // Exit codes shared by the subcommands.
 const (
-	exitOK      = 0
-	exitFailed  = 1 // the thing checked is invalid or refused (validate, run: definitions that do not load)
-	exitUsage   = 2 // bad flags; for check, also definitions that do not load
+	exitOK     = 0
+	exitFailed = 1 // the thing checked is invalid or refused (validate, run: definitions that do not load)
+	exitUsage  = 2 // bad flags; for check, also definitions that do not load
+	// exitNotRunning (3): a client command found no gateway on --state.
 	programName = "bcpgw"
 )
 
@@ -35,7 +36,9 @@ bandwidth-limited BCP channels declared in agent definitions.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newValidateCmd(), newCheckCmd(), newRunCmd())
+	root.AddCommand(newValidateCmd(), newCheckCmd(), newRunCmd(),
+		newStatusCmd(), newAgentsCmd(), newPromptCmd(), newApprovalsCmd(), newApproveCmd(), newRejectCmd(),
+		newEventsCmd(), newReportCmd())
 	return root
 }
 

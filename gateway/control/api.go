@@ -66,7 +66,7 @@ type Agent struct {
 // Channel is one side of a link, as seen from the agent that holds it.
 type Channel struct {
 	Peer        string  `json:"peer"`
-	Role        string  `json:"role"` // the peer's role: controller or reader
+	Role        string  `json:"role"` // this agent's side: controller (the peer is its Reader) or reader
 	MaxCategory int     `json:"max_category"`
 	BudgetBits  float64 `json:"budget_bits,omitempty"`
 }

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/bcpgw/bcpgw/gateway/control"
+)
+
+// exitNotRunning is the exit code of client commands when no gateway
+// answers on the state directory's control socket.
+const exitNotRunning = 3
+
+// callTimeout bounds one request of a client command. A prompt may wait
+// for its agent's session to start.
+const callTimeout = 60 * time.Second
+
+// stateFlag adds --state, defaulting to $BCPGW_STATE.
+func stateFlag(cmd *cobra.Command, dst *string) {
+	cmd.Flags().StringVar(dst, "state", os.Getenv("BCPGW_STATE"), "state directory of the running gateway (env BCPGW_STATE)")
+}
+
+// dial connects to the gateway running on state. Errors are exitErrors
+// that tell the operator what to do.
+func dial(ctx context.Context, state string) (*control.Client, error) {
+	if state == "" {
+		return nil, &exitError{code: exitUsage, msg: "--state is required (or set BCPGW_STATE); make run uses --state .bcpgw-state"}
+	}
+	cl, err := control.Dial(ctx, filepath.Join(state, control.SocketName))
+	if errors.Is(err, control.ErrNotRunning) {
+		return nil, &exitError{code: exitNotRunning, msg: err.Error()}
+	}
+	if err != nil {
+		return nil, &exitError{code: exitFailed, msg: err.Error()}
+	}
+	return cl, nil
+}
+
+// withClient runs fn with a connection to the gateway and a context that
+// ends on SIGINT or after callTimeout.
+func withClient(cmd *cobra.Command, state string, fn func(ctx context.Context, cl *control.Client) error) error {
+	ctx, cancel := context.WithTimeout(cmd.Context(), callTimeout)
+	defer cancel()
+	cl, err := dial(ctx, state)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	return apiError(fn(ctx, cl))
+}
+
+// apiError turns an error from the gateway into an exitError with its
+// message, so the operator reads "approval item ... was already approved
+// by ...", not a JSON-RPC code.
+func apiError(err error) error {
+	var e *control.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &e):
+		return &exitError{code: exitFailed, msg: e.Message}
+	case errors.Is(err, context.DeadlineExceeded):
+		return &exitError{code: exitFailed, msg: fmt.Sprintf("the gateway did not answer within %s", callTimeout)}
+	}
+	return err
+}
+
+// printJSON writes v as indented JSON.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

@@ -1,0 +1,214 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/bcpgw/bcpgw/bcp"
+	"github.com/bcpgw/bcpgw/gateway/control"
+)
+
+func newEventsCmd() *cobra.Command {
+	var state string
+	var since int64
+	var follow, asJSON bool
+	var types []string
+	cmd := &cobra.Command{
+		Use:   "events",
+		Short: "Print the audit events, and follow new ones",
+		Long: `Prints the gateway's audit events with seq greater than --since (all by
+default), oldest first. With --follow, keeps printing new events as the
+gateway stores them until interrupted; without --since it then starts
+from now.
+
+--type selects kinds (repeat it, or separate with commas); a trailing *
+matches a prefix: --type 'approval_*' --type refused.
+
+--json prints one JSON object per line.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			cl, err := dial(ctx, state)
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			types = splitTypes(types)
+			out := cmd.OutOrStdout()
+			print := func(e control.Event) error {
+				if asJSON {
+					return json.NewEncoder(out).Encode(e)
+				}
+				_, err := fmt.Fprintln(out, formatEvent(e))
+				return err
+			}
+			if follow {
+				return apiError(followEvents(ctx, cl, since, cmd.Flags().Changed("since"), types, print))
+			}
+			for {
+				page, err := cl.Events(ctx, control.EventsParams{Since: since, Types: types})
+				if err != nil {
+					return apiError(err)
+				}
+				for _, e := range page.Events {
+					if err := print(e); err != nil {
+						return err
+					}
+				}
+				if len(page.Events) < control.MaxEventsPage {
+					return nil
+				}
+				since = page.Next
+			}
+		},
+	}
+	stateFlag(cmd, &state)
+	f := cmd.Flags()
+	f.Int64Var(&since, "since", 0, "print events with seq greater than this")
+	f.BoolVarP(&follow, "follow", "f", false, "keep printing new events")
+	f.StringSliceVar(&types, "type", nil, "event kinds to print (prefix*)")
+	f.BoolVar(&asJSON, "json", false, "one JSON object per line")
+	return cmd
+}
+
+// followEvents prints events pushed by a subscription until ctx ends or
+// the gateway goes away.
+func followEvents(ctx context.Context, cl *control.Client, since int64, fromSince bool, types []string, print func(control.Event) error) error {
+	p := control.SubscribeParams{Types: types}
+	if fromSince {
+		p.Since = &since
+	}
+	if _, err := cl.Subscribe(ctx, p); err != nil {
+		return err
+	}
+	for {
+		select {
+		case n, ok := <-cl.Notifications():
+			if !ok {
+				return &exitError{code: exitNotRunning, msg: "the gateway stopped"}
+			}
+			if err := print(n.Event); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+func splitTypes(in []string) []string {
+	var out []string
+	for _, t := range in {
+		for _, p := range strings.Split(t, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// formatEvent is one line for people:
+// "1042 12:00:01 refused researcher->main budget_exhausted: ...".
+func formatEvent(e control.Event) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d %s %s", e.Seq, e.Time.Local().Format("2006-01-02 15:04:05"), e.Kind)
+	if e.Agent != "" {
+		b.WriteString(" " + e.Agent)
+		if e.Peer != "" {
+			b.WriteString("->" + e.Peer)
+		}
+	}
+	if e.Category != 0 {
+		fmt.Fprintf(&b, " cat%d", e.Category)
+	}
+	if e.Bits != 0 {
+		b.WriteString(" " + bcp.FormatBits(e.Bits))
+	}
+	if e.Ref != "" {
+		b.WriteString(" [" + e.Ref + "]")
+	}
+	if e.Detail != "" {
+		b.WriteString(" " + oneLine(e.Detail))
+	}
+	return b.String()
+}
+
+// oneLine keeps an event on one line: runtime text may hold newlines.
+func oneLine(s string) string {
+	return strings.NewReplacer("\n", `\n`, "\r", `\r`).Replace(s)
+}
+
+func newReportCmd() *cobra.Command {
+	var state, agent string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "report",
+		Short: "Show how much Reader-originated information reached each Controller session",
+		Long: `For each Controller session, the bits of Reader-originated information
+delivered to it, by channel and category: the BCP audit figure "this
+session was exposed to 47 bits, 6.9 of them Cat-1". A delivery re-sent
+after a crash counts for every session it was sent to.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withClient(cmd, state, func(ctx context.Context, cl *control.Client) error {
+				r, err := cl.Report(ctx, control.ReportParams{Agent: agent})
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return printJSON(cmd.OutOrStdout(), r)
+				}
+				writeReport(cmd.OutOrStdout(), r)
+				return nil
+			})
+		},
+	}
+	stateFlag(cmd, &state)
+	cmd.Flags().StringVar(&agent, "agent", "", "only this Controller")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func writeReport(w io.Writer, r control.Report) {
+	if len(r.Sessions) == 0 {
+		fmt.Fprintln(w, "No Controller sessions recorded yet.")
+		return
+	}
+	for i, s := range r.Sessions {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		name := s.Session
+		if name == "" {
+			name = "(session from before the log)"
+		}
+		ended := "running"
+		if !s.EndedAt.IsZero() {
+			ended = "ended " + s.EndedAt.Local().Format("2006-01-02 15:04:05")
+		}
+		fmt.Fprintf(w, "%s %s, started %s, %s\n", s.Agent, name, s.StartedAt.Local().Format("2006-01-02 15:04:05"), ended)
+		fmt.Fprintf(w, "  exposed to %s", bcp.FormatBits(s.Bits))
+		var cats []string
+		for c := 1; c <= 3; c++ {
+			if b, ok := s.ByCat[c]; ok {
+				cats = append(cats, fmt.Sprintf("Cat-%d %s", c, bcp.FormatBits(b)))
+			}
+		}
+		if len(cats) > 0 {
+			fmt.Fprintf(w, " (%s)", strings.Join(cats, ", "))
+		}
+		fmt.Fprintln(w)
+		for _, c := range s.Channels {
+			fmt.Fprintf(w, "    from %-16s Cat-%d  %4d deliveries  %s\n", c.Reader, c.Category, c.Deliveries, bcp.FormatBits(c.Bits))
+		}
+	}
+}

@@ -1,0 +1,512 @@
+// Package tui is the terminal approval queue of bcpgw approvals: a
+// bubbletea program that is only a client of the control socket. It lists
+// the pending approval items, updated by the gateway's event
+// notifications, shows each one's full text with anomalies highlighted
+// and invisible characters made visible, and approves or rejects it.
+//
+// All I/O happens in tea.Cmd functions that return typed messages; the
+// model's state is an explicit view enum.
+package tui
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/charmbracelet/bubbles/key"
+	"github.com/charmbracelet/bubbles/textinput"
+	"github.com/charmbracelet/bubbles/viewport"
+	tea "github.com/charmbracelet/bubbletea"
+
+	"github.com/bcpgw/bcpgw/gateway/control"
+)
+
+// Conn is what the queue needs of a control connection; *control.Client
+// implements it.
+type Conn interface {
+	Approvals(ctx context.Context, status string) ([]control.Approval, error)
+	Approve(ctx context.Context, id, sha256, note string) (control.Approval, error)
+	Reject(ctx context.Context, id, sha256, reason string) (control.Approval, error)
+	Subscribe(ctx context.Context, p control.SubscribeParams) (control.SubscribeResult, error)
+	Notifications() <-chan control.EventNotification
+	Close() error
+}
+
+// Dialer connects to the gateway. It is called at start and again after
+// the connection is lost.
+type Dialer func(ctx context.Context) (Conn, error)
+
+// Config configures the queue.
+type Config struct {
+	Dial  Dialer
+	State string // the state directory, shown in the header
+	// Now is the clock for ages and expiries; default time.Now.
+	Now func() time.Time
+	// Retry is how long to wait before dialling again; default 2s.
+	Retry time.Duration
+	// Timeout bounds each request; default 10s.
+	Timeout time.Duration
+}
+
+// view is what the screen shows.
+type view int
+
+const (
+	viewList    view = iota // the pending items
+	viewDetail              // one item's full text
+	viewConfirm             // "approve this item? y/n"
+	viewReason              // typing a rejection reason
+)
+
+// Model is the queue's bubbletea model.
+type Model struct {
+	cfg  Config
+	keys keyMap
+	st   styles
+
+	conn    Conn
+	connErr error // why there is no connection
+	loaded  bool  // the first list has arrived
+
+	items  []control.Approval // pending, oldest first
+	cursor int
+	view   view
+	open   control.Approval // the item in the detail view
+
+	vp     viewport.Model
+	reason textinput.Model
+	flash  string // the last outcome, shown above the help line
+	failed bool   // flash is an error
+	busy   bool   // a decision is in flight
+
+	width, height int
+}
+
+// New returns the queue's model.
+func New(cfg Config) Model {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Retry <= 0 {
+		cfg.Retry = 2 * time.Second
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	ti := textinput.New()
+	ti.Prompt = "Reason: "
+	ti.Placeholder = "told to the Reader"
+	ti.CharLimit = 500
+	m := Model{cfg: cfg, keys: defaultKeys(), st: defaultStyles(), reason: ti, width: 80, height: 24}
+	m.vp = viewport.New(80, 16)
+	return m
+}
+
+// Messages from commands.
+type (
+	connectedMsg  struct{ conn Conn }
+	dialFailedMsg struct{ err error }
+	lostMsg       struct {
+		conn Conn
+		err  error
+	}
+	itemsMsg struct {
+		conn  Conn
+		items []control.Approval
+		err   error
+	}
+	noticeMsg struct {
+		conn Conn
+		ev   control.Event
+	}
+	decidedMsg struct {
+		approve bool
+		item    control.Approval
+		err     error
+	}
+	redialMsg struct{}
+	tickMsg   time.Time
+)
+
+// Init dials the gateway and starts the clock that ages the items.
+func (m Model) Init() tea.Cmd {
+	return tea.Batch(m.dial(), tick())
+}
+
+func tick() tea.Cmd {
+	return tea.Tick(time.Second, func(t time.Time) tea.Msg { return tickMsg(t) })
+}
+
+// dial connects and subscribes to approval events before the first list,
+// so that nothing decided in between is missed.
+func (m Model) dial() tea.Cmd {
+	cfg := m.cfg
+	return func() tea.Msg {
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
+		defer cancel()
+		conn, err := cfg.Dial(ctx)
+		if err != nil {
+			return dialFailedMsg{err}
+		}
+		if _, err := conn.Subscribe(ctx, control.SubscribeParams{Types: []string{"approval_*"}}); err != nil {
+			conn.Close()
+			return dialFailedMsg{err}
+		}
+		return connectedMsg{conn}
+	}
+}
+
+func (m Model) fetch() tea.Cmd {
+	conn, timeout := m.conn, m.cfg.Timeout
+	return func() tea.Msg {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		items, err := conn.Approvals(ctx, "pending")
+		return itemsMsg{conn: conn, items: items, err: err}
+	}
+}
+
+// listen waits for the next notification; the channel closes when the
+// connection ends.
+func listen(conn Conn) tea.Cmd {
+	return func() tea.Msg {
+		n, ok := <-conn.Notifications()
+		if !ok {
+			return lostMsg{conn: conn, err: errors.New("the gateway closed the connection")}
+		}
+		return noticeMsg{conn: conn, ev: n.Event}
+	}
+}
+
+func (m Model) decide(approve bool, item control.Approval, reason string) tea.Cmd {
+	conn, timeout := m.conn, m.cfg.Timeout
+	return func() tea.Msg {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		var a control.Approval
+		var err error
+		if approve {
+			a, err = conn.Approve(ctx, item.ID, item.SHA256, "")
+		} else {
+			a, err = conn.Reject(ctx, item.ID, item.SHA256, reason)
+		}
+		if err == nil {
+			item = a
+		}
+		return decidedMsg{approve: approve, item: item, err: err}
+	}
+}
+
+// Update handles a message.
+func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
+	switch msg := msg.(type) {
+	case tea.WindowSizeMsg:
+		m.width, m.height = msg.Width, msg.Height
+		m.layout()
+		return m, nil
+	case tickMsg:
+		return m, tick()
+	case connectedMsg:
+		m.conn, m.connErr = msg.conn, nil
+		return m, tea.Batch(m.fetch(), listen(msg.conn))
+	case dialFailedMsg:
+		m.connErr = msg.err
+		return m, m.redial()
+	case redialMsg:
+		return m, m.dial()
+	case lostMsg:
+		if msg.conn != m.conn {
+			return m, nil
+		}
+		return m.lost(msg.err)
+	case itemsMsg:
+		if msg.conn != m.conn {
+			return m, nil
+		}
+		if msg.err != nil {
+			return m.lost(msg.err)
+		}
+		m.setItems(msg.items)
+		return m, nil
+	case noticeMsg:
+		if msg.conn != m.conn {
+			return m, nil
+		}
+		return m, tea.Batch(m.fetch(), listen(m.conn))
+	case decidedMsg:
+		return m.decided(msg)
+	case tea.KeyMsg:
+		return m.key(msg)
+	}
+	return m, nil
+}
+
+func (m Model) redial() tea.Cmd {
+	return tea.Tick(m.cfg.Retry, func(time.Time) tea.Msg { return redialMsg{} })
+}
+
+// lost drops the connection and schedules a new one. What is on screen
+// stays, marked as not live, so the reviewer does not lose their place.
+func (m Model) lost(err error) (tea.Model, tea.Cmd) {
+	if m.conn != nil {
+		m.conn.Close()
+	}
+	m.conn, m.connErr, m.busy = nil, err, false
+	if m.view == viewConfirm || m.view == viewReason {
+		m.view = viewDetail
+		m.reason.Blur()
+	}
+	return m, m.redial()
+}
+
+// setItems replaces the list, keeping the cursor on the same item if it
+// is still pending, and leaves the detail view if its item was decided
+// elsewhere.
+func (m *Model) setItems(items []control.Approval) {
+	sort.SliceStable(items, func(i, j int) bool { return items[i].CreatedAt.Before(items[j].CreatedAt) })
+	var at string
+	if m.cursor < len(m.items) {
+		at = m.items[m.cursor].ID
+	}
+	m.items, m.loaded = items, true
+	m.cursor = min(m.cursor, max(len(items)-1, 0))
+	for i, it := range items {
+		if it.ID == at {
+			m.cursor = i
+		}
+	}
+	if m.view != viewList && !m.busy && m.indexOf(m.open.ID) < 0 {
+		m.view = viewList
+		m.reason.Blur()
+		m.say(fmt.Sprintf("%s is no longer pending: it was decided elsewhere or expired.", m.open.ID), true)
+	}
+}
+
+func (m Model) indexOf(id string) int {
+	for i, it := range m.items {
+		if it.ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+func (m Model) decided(msg decidedMsg) (tea.Model, tea.Cmd) {
+	m.busy = false
+	if msg.err != nil {
+		m.say(fmt.Sprintf("%s: %s", msg.item.ID, errorText(msg.err)), true)
+		m.view = viewDetail
+		if m.conn == nil {
+			return m, nil
+		}
+		return m, m.fetch()
+	}
+	verb := "Approved"
+	if !msg.approve {
+		verb = "Rejected"
+	}
+	m.say(fmt.Sprintf("%s %s (Cat-%d from %s to %s).", verb, msg.item.ID, msg.item.Category, msg.item.Reader, msg.item.Controller), false)
+	m.view = viewList
+	if i := m.indexOf(msg.item.ID); i >= 0 {
+		m.items = append(m.items[:i:i], m.items[i+1:]...)
+		m.cursor = min(m.cursor, max(len(m.items)-1, 0))
+	}
+	if m.conn == nil {
+		return m, nil
+	}
+	return m, m.fetch()
+}
+
+func errorText(err error) string {
+	var e *control.Error
+	if errors.As(err, &e) {
+		return e.Message
+	}
+	return err.Error()
+}
+
+func (m *Model) say(s string, failed bool) { m.flash, m.failed = s, failed }
+
+func (m Model) key(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
+	if key.Matches(msg, m.keys.ForceQuit) {
+		return m, tea.Quit
+	}
+	switch m.view {
+	case viewReason:
+		switch {
+		case key.Matches(msg, m.keys.Cancel):
+			m.view = viewDetail
+			m.reason.Blur()
+			return m, nil
+		case key.Matches(msg, m.keys.Submit):
+			reason := strings.TrimSpace(m.reason.Value())
+			if reason == "" {
+				m.say("A reason is required: the Reader is told it.", true)
+				return m, nil
+			}
+			if m.conn == nil {
+				m.say("Not connected to the gateway; try again when it is back.", true)
+				return m, nil
+			}
+			m.reason.Blur()
+			m.busy = true
+			m.say("Rejecting "+m.open.ID+"…", false)
+			return m, m.decide(false, m.open, reason)
+		}
+		var cmd tea.Cmd
+		m.reason, cmd = m.reason.Update(msg)
+		return m, cmd
+	case viewConfirm:
+		switch {
+		case key.Matches(msg, m.keys.Yes):
+			if m.conn == nil {
+				m.view = viewDetail
+				m.say("Not connected to the gateway; try again when it is back.", true)
+				return m, nil
+			}
+			m.busy = true
+			m.say("Approving "+m.open.ID+"…", false)
+			return m, m.decide(true, m.open, "")
+		default:
+			m.view = viewDetail
+			m.say("Not approved.", false)
+			return m, nil
+		}
+	}
+	if key.Matches(msg, m.keys.Quit) {
+		return m, tea.Quit
+	}
+	if m.busy {
+		return m, nil // a decision is in flight
+	}
+	if m.view == viewList {
+		switch {
+		case key.Matches(msg, m.keys.Up):
+			m.cursor = max(m.cursor-1, 0)
+		case key.Matches(msg, m.keys.Down):
+			m.cursor = min(m.cursor+1, max(len(m.items)-1, 0))
+		case key.Matches(msg, m.keys.Open):
+			if m.cursor < len(m.items) {
+				m.openItem(m.items[m.cursor])
+			}
+		}
+		return m, nil
+	}
+	// viewDetail
+	switch {
+	case key.Matches(msg, m.keys.Back):
+		m.view = viewList
+		return m, nil
+	case key.Matches(msg, m.keys.Approve):
+		m.view = viewConfirm
+		m.flash = ""
+		return m, nil
+	case key.Matches(msg, m.keys.Reject):
+		m.view = viewReason
+		m.flash = ""
+		m.reason.SetValue("")
+		return m, m.reason.Focus()
+	case key.Matches(msg, m.keys.Next), key.Matches(msg, m.keys.Prev):
+		i := m.indexOf(m.open.ID)
+		if key.Matches(msg, m.keys.Next) {
+			i++
+		} else {
+			i--
+		}
+		if i >= 0 && i < len(m.items) {
+			m.cursor = i
+			m.openItem(m.items[i])
+		}
+		return m, nil
+	}
+	var cmd tea.Cmd
+	m.vp, cmd = m.vp.Update(msg)
+	return m, cmd
+}
+
+func (m *Model) openItem(a control.Approval) {
+	m.open, m.view, m.flash = a, viewDetail, ""
+	m.layout()
+	m.vp.SetContent(strings.Join(m.detailLines(a), "\n"))
+	m.vp.GotoTop()
+}
+
+// layout sizes the viewport: the header takes 3 lines, the item's
+// header 2 and the footer 2.
+func (m *Model) layout() {
+	m.vp.Width = m.width
+	m.vp.Height = max(m.height-7, 3)
+	m.reason.Width = max(m.width-len(m.reason.Prompt)-2, 10)
+	if m.view != viewList {
+		m.vp.SetContent(strings.Join(m.detailLines(m.open), "\n"))
+	}
+}
+
+// detailLines renders an item's directive, anomalies and text.
+func (m Model) detailLines(a control.Approval) []string {
+	w := max(m.width-2, 20)
+	var out []string
+	section := func(title string) { out = append(out, "", m.st.title.Render(title)) }
+	if a.Directive != "" {
+		section("Directive (what the Controller asked for)")
+		out = append(out, indent(wrap(a.Directive, nil, w-2, m.st))...)
+	}
+	var matches []string
+	for _, an := range a.Anomalies {
+		matches = append(matches, an.Match)
+	}
+	if len(a.Anomalies) > 0 {
+		section(fmt.Sprintf("Anomalies (%d, highlighted below)", len(a.Anomalies)))
+		for _, an := range a.Anomalies {
+			out = append(out, indent(wrap(fmt.Sprintf("%s in %s: %q", an.Code, an.Field, an.Match), nil, w-2, m.st))...)
+		}
+	}
+	fields := responseFields(a.Response)
+	for _, f := range fields {
+		title := f.name
+		if n := Unusual(f.text); n > 0 {
+			title += fmt.Sprintf(" (%d invisible or unusual characters shown as ⟨U+XXXX⟩)", n)
+		}
+		section(title)
+		out = append(out, indent(wrap(f.text, matches, w-2, m.st))...)
+	}
+	section("Hash")
+	out = append(out, "  sha256 "+a.SHA256)
+	return out
+}
+
+func indent(lines []string) []string {
+	for i, l := range lines {
+		lines[i] = "  " + l
+	}
+	return lines
+}
+
+type field struct{ name, text string }
+
+// responseFields lists a response's fields in order: a Cat-3 summary, or
+// a Cat-2 item's answers. Values that are not strings are shown as JSON.
+func responseFields(raw json.RawMessage) []field {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return []field{{"Response", string(raw)}}
+	}
+	names := make([]string, 0, len(obj))
+	for k := range obj {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	out := make([]field, 0, len(names))
+	for _, k := range names {
+		var s string
+		if err := json.Unmarshal(obj[k], &s); err != nil {
+			s = string(obj[k])
+		}
+		out = append(out, field{k, s})
+	}
+	return out
+}

@@ -1,0 +1,184 @@
+package tui
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/charmbracelet/bubbles/key"
+	"github.com/charmbracelet/lipgloss"
+)
+
+// View renders the screen: a header of two lines and a rule, the body,
+// and a footer of the last outcome and the keys.
+func (m Model) View() string {
+	var b strings.Builder
+	b.WriteString(m.header())
+	b.WriteString("\n")
+	body := m.body()
+	b.WriteString(body)
+	// Pad the body so the footer stays at the bottom.
+	if pad := m.height - 3 - lipgloss.Height(body) - 2; pad > 0 {
+		b.WriteString(strings.Repeat("\n", pad))
+	}
+	b.WriteString("\n")
+	b.WriteString(m.footer())
+	return b.String()
+}
+
+func (m Model) header() string {
+	var status string
+	switch {
+	case m.conn == nil && m.connErr != nil:
+		status = m.st.warn.Render("gateway not running") + m.st.dim.Render(" · retrying every "+m.cfg.Retry.String())
+	case m.conn == nil:
+		status = m.st.dim.Render("connecting…")
+	case !m.loaded:
+		status = m.st.dim.Render("loading…")
+	default:
+		status = fmt.Sprintf("%d pending", len(m.items)) + m.st.dim.Render(" · live")
+	}
+	line1 := m.st.title.Render("bcpgw approvals") + "  " + status
+	line2 := m.st.dim.Render(truncate("state "+m.cfg.State, m.width))
+	if m.conn == nil && m.connErr != nil {
+		line2 = m.st.dim.Render(truncate(m.connErr.Error(), m.width))
+	}
+	return line1 + "\n" + line2 + "\n" + m.st.dim.Render(strings.Repeat("─", max(m.width, 1)))
+}
+
+func (m Model) body() string {
+	switch m.view {
+	case viewList:
+		return m.list()
+	default:
+		return m.detailHeader() + "\n" + m.vp.View()
+	}
+}
+
+// The list's columns.
+const listRow = "%s %-5s %-5s %8s  %4s  %-26s %s"
+
+func (m Model) list() string {
+	if !m.loaded {
+		if m.connErr == nil {
+			return ""
+		}
+		msg := "No gateway answers on " + m.cfg.State + ". Start one with\n\n  bcpgw run --agents DIR --state " + m.cfg.State +
+			"\n\nand the queue appears here. (" + m.connErr.Error() + ")"
+		return "\n" + strings.Join(indent(wrap(msg, nil, m.width-4, m.st)), "\n")
+	}
+	if len(m.items) == 0 {
+		return "\n  Nothing waits for a decision. New items appear here as Readers publish them."
+	}
+	now := m.cfg.Now()
+	rows := []string{m.st.dim.Render(truncate(fmt.Sprintf(listRow, " ", "AGE", "CAT", "BITS", "ANOM", "READER → CONTROLLER", "SUBSCRIPTION/QUERY"), m.width))}
+	// Scroll so the cursor stays on screen.
+	room := max(m.height-3-1-2, 1)
+	first := max(m.cursor-room+1, 0)
+	for i := first; i < len(m.items) && i < first+room; i++ {
+		a := m.items[i]
+		what := a.SubscriptionID
+		if a.QueryID != "" {
+			what = "query " + a.QueryID
+		}
+		mark := " "
+		if i == m.cursor {
+			mark = ">"
+		}
+		row := fmt.Sprintf(listRow, mark, Age(now.Sub(a.CreatedAt)), fmt.Sprintf("Cat-%d", a.Category), fmt.Sprintf("%.1f", a.BandwidthBits),
+			fmt.Sprint(len(a.Anomalies)), truncate(a.Reader+" → "+a.Controller, 26), what)
+		row = truncate(row, m.width)
+		if i == m.cursor {
+			row = m.st.sel.Render(padRight(row, m.width))
+		} else if len(a.Anomalies) > 0 {
+			row = m.st.warn.Render(row)
+		}
+		rows = append(rows, row)
+	}
+	return strings.Join(rows, "\n")
+}
+
+func padRight(s string, w int) string {
+	if n := lipgloss.Width(s); n < w {
+		return s + strings.Repeat(" ", w-n)
+	}
+	return s
+}
+
+func (m Model) detailHeader() string {
+	a := m.open
+	what := "subscription " + a.SubscriptionID
+	if a.QueryID != "" {
+		what = "answer to query " + a.QueryID
+	}
+	now := m.cfg.Now()
+	line := fmt.Sprintf("%s  Cat-%d %s  %s → %s  %.1f bits", a.ID, a.Category, what, a.Reader, a.Controller, a.BandwidthBits)
+	exp := fmt.Sprintf("received %s ago · expires in %s (%s)", Age(now.Sub(a.CreatedAt)), Age(a.ExpiresAt.Sub(now)),
+		a.ExpiresAt.Local().Format("Jan 2 15:04"))
+	if !a.ExpiresAt.After(now) {
+		exp = m.st.warn.Render("expired: it can no longer be approved")
+	}
+	if pct := m.vp.ScrollPercent(); m.vp.TotalLineCount() > m.vp.Height {
+		exp += m.st.dim.Render(fmt.Sprintf(" · %d%%", int(pct*100)))
+	}
+	return m.st.title.Render(truncate(line, m.width)) + "\n" + truncate(exp, m.width)
+}
+
+func (m Model) footer() string {
+	var line string
+	switch {
+	case m.view == viewConfirm:
+		line = truncate(m.st.title.Render(fmt.Sprintf("Deliver %s to %s? ", m.open.ID, m.open.Controller))+"y approves, any other key cancels", m.width)
+	case m.view == viewReason:
+		line = m.reason.View()
+	case m.flash != "" && m.failed:
+		line = m.st.warn.Render(truncate(m.flash, m.width))
+	case m.flash != "":
+		line = m.st.ok.Render(truncate(m.flash, m.width))
+	}
+	return line + "\n" + m.st.dim.Render(truncate(m.help(), m.width))
+}
+
+// help is the help line for the current view.
+func (m Model) help() string {
+	var ks []key.Binding
+	switch m.view {
+	case viewList:
+		ks = []key.Binding{m.keys.Up, m.keys.Down, m.keys.Open, m.keys.Quit}
+	case viewDetail:
+		ks = []key.Binding{m.keys.Approve, m.keys.Reject, m.keys.Up, m.keys.Down, m.keys.Next, m.keys.Back, m.keys.Quit}
+	case viewConfirm:
+		ks = []key.Binding{m.keys.Yes, m.keys.Cancel}
+	case viewReason:
+		ks = []key.Binding{m.keys.Submit, m.keys.Cancel}
+	}
+	parts := make([]string, 0, len(ks))
+	for _, k := range ks {
+		h := k.Help()
+		parts = append(parts, h.Key+" "+h.Desc)
+	}
+	return strings.Join(parts, " · ")
+}
+
+// Age renders a duration compactly: "4s", "12m", "3h", "2d".
+func Age(d time.Duration) string {
+	neg := d < 0
+	if neg {
+		d = -d
+	}
+	var s string
+	switch {
+	case d < time.Minute:
+		s = fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		s = fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		s = fmt.Sprintf("%dh", int(d.Hours()))
+	default:
+		s = fmt.Sprintf("%dd", int(d.Hours()/24))
+	}
+	if neg {
+		return "-" + s
+	}
+	return s
+}
