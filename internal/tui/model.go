@@ -9,6 +9,7 @@
 package tui
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -488,25 +489,27 @@ func indent(lines []string) []string {
 
 type field struct{ name, text string }
 
-// responseFields lists a response's fields in order: a Cat-3 summary, or
-// a Cat-2 item's answers. Values that are not strings are shown as JSON.
+// responseFields lists a response's fields in their order: a Cat-3
+// summary, or a Cat-2 item's answers. Values that are not strings are
+// shown as JSON.
 func responseFields(raw json.RawMessage) []field {
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		return []field{{"Response", string(raw)}}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return []field{{"response", string(raw)}}
 	}
-	names := make([]string, 0, len(obj))
-	for k := range obj {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	out := make([]field, 0, len(names))
-	for _, k := range names {
-		var s string
-		if err := json.Unmarshal(obj[k], &s); err != nil {
-			s = string(obj[k])
+	var out []field
+	for dec.More() {
+		t, err := dec.Token()
+		name, ok := t.(string)
+		var v json.RawMessage
+		if err != nil || !ok || dec.Decode(&v) != nil {
+			return []field{{"response", string(raw)}}
 		}
-		out = append(out, field{k, s})
+		var text string
+		if json.Unmarshal(v, &text) != nil {
+			text = string(v)
+		}
+		out = append(out, field{name, text})
 	}
 	return out
 }
