@@ -21,9 +21,11 @@ var ErrNotRunning = errors.New("the gateway is not running")
 // several goroutines; responses are matched to them by id. Notifications
 // arrive on Notifications.
 type Client struct {
-	c    net.Conn
-	wmu  sync.Mutex // serializes writes
-	done chan struct{}
+	c       net.Conn
+	wmu     sync.Mutex // serializes writes
+	done    chan struct{}
+	closing chan struct{} // closed by Close: the reader stops waiting on notes
+	once    sync.Once
 
 	mu      sync.Mutex
 	next    int
@@ -52,14 +54,19 @@ func Dial(ctx context.Context, path string) (*Client, error) {
 		}
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
-	cl := &Client{c: c, done: make(chan struct{}), pending: map[string]chan rpcReply{}, notes: make(chan EventNotification, 256)}
+	cl := &Client{c: c, done: make(chan struct{}), closing: make(chan struct{}), pending: map[string]chan rpcReply{}, notes: make(chan EventNotification, 256)}
 	go cl.read()
 	return cl, nil
 }
 
-// Close closes the connection; pending calls fail.
+// Close closes the connection; pending calls fail. Safe to call more than
+// once.
 func (cl *Client) Close() error {
-	err := cl.c.Close()
+	var err error
+	cl.once.Do(func() {
+		close(cl.closing)
+		err = cl.c.Close()
+	})
 	<-cl.done
 	return err
 }
@@ -100,7 +107,10 @@ func (cl *Client) read() {
 		if msg.Method != "" { // a notification
 			var n EventNotification
 			if msg.Method == NotificationEvent && json.Unmarshal(msg.Params, &n) == nil {
-				cl.notes <- n
+				select {
+				case cl.notes <- n:
+				case <-cl.closing:
+				}
 			}
 			continue
 		}
