@@ -221,11 +221,15 @@ func approvalView(a *store.Approval) control.Approval {
 		ID: a.ID, Status: string(a.Status), Controller: a.Controller, Reader: a.Reader, SubscriptionID: a.SubscriptionID,
 		QueryID: a.QueryID, Category: int(a.Category), Directive: a.Directive, Response: a.Response, SHA256: a.SHA256,
 		Anomalies: a.Anomalies, BandwidthBits: a.Bits, CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt,
-		DecidedAt: a.DecidedAt, DecidedBy: a.DecidedBy, DecidedUID: a.DecidedUID, DecidedPID: a.DecidedPID,
+		DecidedAt: a.DecidedAt, DecidedBy: a.DecidedBy, DecidedPID: a.DecidedPID,
 		Reason: a.Reason, Note: a.Note,
 	}
 	if v.Anomalies == nil {
 		v.Anomalies = []bcp.Anomaly{}
+	}
+	if a.DecidedPID > 0 {
+		uid := a.DecidedUID
+		v.DecidedUID = &uid
 	}
 	return v
 }

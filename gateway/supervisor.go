@@ -80,6 +80,7 @@ type agent struct {
 	waiters  []chan result // Ensure calls waiting for a session
 	timerGen int           // invalidates stale backoff timers
 	held     bool          // stopped by an operator: not restarted until asked for
+	stopping *Session      // the session an operator's stop is ending; not handed out
 	lastErr  error         // why the last session ended or failed to start
 }
 
@@ -177,7 +178,7 @@ func (sv *Supervisor) handle(ctx context.Context, all map[string]*agent, ev any)
 			ev.reply <- result{err: fmt.Errorf("no agent named %q: %w", ev.name, ErrNoAgent)}
 		case a.state == StateFailed:
 			ev.reply <- result{err: fmt.Errorf("%s: %w", ev.name, ErrAgentFailed)}
-		case a.state == StateRunning && !ended(a.sess):
+		case a.state == StateRunning && !ended(a.sess) && a.sess != a.stopping:
 			ev.reply <- result{sess: a.sess}
 		default:
 			a.waiters = append(a.waiters, ev.reply)
@@ -194,7 +195,8 @@ func (sv *Supervisor) handle(ctx context.Context, all map[string]*agent, ev any)
 			return
 		}
 		a.held = true
-		if s := a.sess; s != nil {
+		if s := a.sess; s != nil && s != a.stopping {
+			a.stopping = s
 			sv.audit(a, "agent_stopped", ev.reason)
 			sv.wg.Add(1)
 			go func() {
@@ -248,7 +250,7 @@ func (sv *Supervisor) handle(ctx context.Context, all map[string]*agent, ev any)
 		if a.sess != ev.sess {
 			return
 		}
-		a.sess = nil
+		a.sess, a.stopping = nil, nil
 		if err := ev.sess.Err(); err != nil {
 			a.lastErr = err
 			sv.crashed(ctx, a, err)

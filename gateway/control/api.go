@@ -114,8 +114,8 @@ type Approval struct {
 	ExpiresAt      time.Time       `json:"expires_at"`
 	DecidedAt      time.Time       `json:"decided_at,omitzero"`
 	DecidedBy      string          `json:"decided_by,omitempty"`
-	DecidedUID     int             `json:"decided_uid,omitempty"`
-	DecidedPID     int             `json:"decided_pid,omitempty"`
+	DecidedUID     *int            `json:"decided_uid,omitempty"` // set with DecidedPID (uid 0 is root)
+	DecidedPID     int             `json:"decided_pid,omitempty"` // 0 when not known (the gateway's own decisions)
 	Reason         string          `json:"reason,omitempty"`
 	Note           string          `json:"note,omitempty"`
 }

@@ -182,6 +182,9 @@ func (f *fakeBackend) Events(ctx context.Context, since int64, limit int, types 
 	if err := f.enter(ctx, "Events", Peer{}, eventsQuery{since, limit, types}); err != nil {
 		return nil, err
 	}
+	if err := ctx.Err(); err != nil { // as the store's queries do
+		return nil, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []Event
@@ -535,7 +538,7 @@ func runHelper(mode, path string) int {
 	if _, err := c.Write([]byte(reqLine(1, MethodStatus, nil) + "\n")); err != nil {
 		// The server may have refused and closed already; the reply
 		// below still tells.
-		fmt.Printf("WRITE-ERROR: %v\n", err)
+		fmt.Fprintf(os.Stderr, "write: %v\n", err)
 	}
 	line, err := bufio.NewReader(c).ReadString('\n')
 	if err != nil && line == "" {
