@@ -72,6 +72,8 @@ type Model struct {
 	conn    Conn
 	connErr error // why there is no connection
 	loaded  bool  // the first list has arrived
+	fetched int   // fetches started
+	applied int   // the latest fetch whose answer is shown
 
 	items  []control.Approval // pending, oldest first
 	cursor int
@@ -117,6 +119,7 @@ type (
 	}
 	itemsMsg struct {
 		conn  Conn
+		gen   int // which fetch; an older one's answer is dropped
 		items []control.Approval
 		err   error
 	}
@@ -161,13 +164,16 @@ func (m Model) dial() tea.Cmd {
 	}
 }
 
-func (m Model) fetch() tea.Cmd {
-	conn, timeout := m.conn, m.cfg.Timeout
+// fetch asks for the pending items. Fetches may overlap (one per
+// notification); the answer of an older one is dropped.
+func (m *Model) fetch() tea.Cmd {
+	m.fetched++
+	conn, timeout, gen := m.conn, m.cfg.Timeout, m.fetched
 	return func() tea.Msg {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		items, err := conn.Approvals(ctx, "pending")
-		return itemsMsg{conn: conn, items: items, err: err}
+		return itemsMsg{conn: conn, gen: gen, items: items, err: err}
 	}
 }
 
@@ -213,7 +219,8 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, tick()
 	case connectedMsg:
 		m.conn, m.connErr = msg.conn, nil
-		return m, tea.Batch(m.fetch(), listen(msg.conn))
+		fetch := m.fetch() // before m is copied out: fetch counts
+		return m, tea.Batch(fetch, listen(msg.conn))
 	case dialFailedMsg:
 		m.connErr = msg.err
 		return m, m.redial()
@@ -231,13 +238,18 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		if msg.err != nil {
 			return m.lost(msg.err)
 		}
+		if msg.gen < m.applied {
+			return m, nil
+		}
+		m.applied = msg.gen
 		m.setItems(msg.items)
 		return m, nil
 	case noticeMsg:
 		if msg.conn != m.conn {
 			return m, nil
 		}
-		return m, tea.Batch(m.fetch(), listen(m.conn))
+		fetch := m.fetch()
+		return m, tea.Batch(fetch, listen(m.conn))
 	case decidedMsg:
 		return m.decided(msg)
 	case tea.KeyMsg:
@@ -301,10 +313,21 @@ func (m Model) decided(msg decidedMsg) (tea.Model, tea.Cmd) {
 	if msg.err != nil {
 		m.say(fmt.Sprintf("%s: %s", msg.item.ID, errorText(msg.err)), true)
 		m.view = viewDetail
+		switch control.CodeOf(msg.err) {
+		case control.CodeAlreadyDecided, control.CodeExpired, control.CodeRevoked, control.CodeNotFound:
+			// The item is no longer pending: back to the list, keeping
+			// the gateway's account of what happened to it.
+			m.view = viewList
+			if i := m.indexOf(msg.item.ID); i >= 0 {
+				m.items = append(m.items[:i:i], m.items[i+1:]...)
+				m.cursor = min(m.cursor, max(len(m.items)-1, 0))
+			}
+		}
 		if m.conn == nil {
 			return m, nil
 		}
-		return m, m.fetch()
+		fetch := m.fetch()
+		return m, fetch
 	}
 	verb := "Approved"
 	if !msg.approve {
@@ -319,7 +342,8 @@ func (m Model) decided(msg decidedMsg) (tea.Model, tea.Cmd) {
 	if m.conn == nil {
 		return m, nil
 	}
-	return m, m.fetch()
+	fetch := m.fetch()
+	return m, fetch
 }
 
 func errorText(err error) string {
@@ -335,6 +359,9 @@ func (m *Model) say(s string, failed bool) { m.flash, m.failed = s, failed }
 func (m Model) key(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 	if key.Matches(msg, m.keys.ForceQuit) {
 		return m, tea.Quit
+	}
+	if m.busy {
+		return m, nil // a decision is in flight: nothing may send a second one
 	}
 	switch m.view {
 	case viewReason:
@@ -354,7 +381,7 @@ func (m Model) key(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 				return m, nil
 			}
 			m.reason.Blur()
-			m.busy = true
+			m.busy, m.view = true, viewDetail
 			m.say("Rejecting "+m.open.ID+"…", false)
 			return m, m.decide(false, m.open, reason)
 		}
@@ -369,7 +396,7 @@ func (m Model) key(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 				m.say("Not connected to the gateway; try again when it is back.", true)
 				return m, nil
 			}
-			m.busy = true
+			m.busy, m.view = true, viewDetail
 			m.say("Approving "+m.open.ID+"…", false)
 			return m, m.decide(true, m.open, "")
 		default:
@@ -380,9 +407,6 @@ func (m Model) key(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 	}
 	if key.Matches(msg, m.keys.Quit) {
 		return m, tea.Quit
-	}
-	if m.busy {
-		return m, nil // a decision is in flight
 	}
 	if m.view == viewList {
 		switch {
@@ -451,7 +475,12 @@ func (m *Model) layout() {
 func (m Model) detailLines(a control.Approval) []string {
 	w := max(m.width-2, 20)
 	var out []string
-	section := func(title string) { out = append(out, "", m.st.title.Render(title)) }
+	section := func(title string) {
+		out = append(out, "")
+		for _, l := range wrap(title, nil, w, m.st) {
+			out = append(out, m.st.title.Render(l))
+		}
+	}
 	if a.Directive != "" {
 		section("Directive (what the Controller asked for)")
 		out = append(out, indent(wrap(a.Directive, nil, w-2, m.st))...)
@@ -476,7 +505,7 @@ func (m Model) detailLines(a control.Approval) []string {
 		out = append(out, indent(wrap(f.text, matches, w-2, m.st))...)
 	}
 	section("Hash")
-	out = append(out, "  sha256 "+a.SHA256)
+	out = append(out, indent(wrap("sha256 "+a.SHA256, nil, w-2, m.st))...)
 	return out
 }
 
@@ -505,9 +534,9 @@ func responseFields(raw json.RawMessage) []field {
 		if err != nil || !ok || dec.Decode(&v) != nil {
 			return []field{{"response", string(raw)}}
 		}
-		var text string
-		if json.Unmarshal(v, &text) != nil {
-			text = string(v)
+		text := string(v) // numbers, booleans, null: as JSON
+		if len(v) > 0 && v[0] == '"' {
+			_ = json.Unmarshal(v, &text)
 		}
 		out = append(out, field{name, text})
 	}

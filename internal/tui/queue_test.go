@@ -42,14 +42,14 @@ func TestListShowsPendingItems(t *testing.T) {
 	if got, want := ls[2], strings.Repeat("─", 80); got != want {
 		t.Errorf("line 3 = %q, want a rule of 80 columns", got)
 	}
-	if got, want := fields(ls[3]), []string{"AGE", "CAT", "BITS", "ANOM", "READER", "→", "CONTROLLER", "SUBSCRIPTION/QUERY"}; !reflect.DeepEqual(got, want) {
+	if got, want := fields(ls[3]), []string{"ID", "AGE", "CAT", "BITS", "ANOM", "READER", "→", "CONTROLLER", "SUBSCRIPTION/QUERY"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("column headings = %q, want %q", got, want)
 	}
 	// Oldest first; the cursor on the first; a query answer as "query <id>".
 	rows := [][]string{
-		{">", "3h", "Cat-3", "120.5", "2", "scout", "→", "planner", "news-feed"},
-		{"12m", "Cat-2", "3.0", "0", "mailbot", "→", "planner", "query", "q-42"},
-		{"45s", "Cat-3", "64.0", "0", "crawler", "→", "writer", "releases"},
+		{">", "ap-0003", "3h", "Cat-3", "120.5", "2", "scout", "→", "planner", "news-feed"},
+		{"ap-0007", "12m", "Cat-2", "3.0", "0", "mailbot", "→", "planner", "query", "q-42"},
+		{"ap-0009", "45s", "Cat-3", "64.0", "0", "crawler", "→", "writer", "releases"},
 	}
 	for i, want := range rows {
 		if got := fields(ls[4+i]); !reflect.DeepEqual(got, want) {
@@ -119,8 +119,8 @@ func TestListScrollsToKeepTheCursorVisible(t *testing.T) {
 	if strings.Contains(sc, "sub-07") || !strings.Contains(sc, "sub-08") {
 		t.Errorf("want rows sub-08 to sub-25 after scrolling:\n%s", sc)
 	}
-	if got := fields(lineWith(t, sc, "sub-25")); got[1] != "34s" {
-		t.Errorf("the selected row's age = %q, want 34s", got[1])
+	if got := fields(lineWith(t, sc, "sub-25")); got[2] != "34s" {
+		t.Errorf("the selected row's age = %q, want 34s", got[2])
 	}
 }
 
@@ -142,7 +142,7 @@ func TestListUpdatesLive(t *testing.T) {
 	n.SubscriptionID, n.BandwidthBits = "door", 1
 	gw.add(n)
 	sc := q.waitFor("4 pending", "sensor → planner")
-	if got, want := fields(lineWith(t, sc, "sensor → planner")), []string{"2s", "Cat-1", "1.0", "0", "sensor", "→", "planner", "door"}; !reflect.DeepEqual(got, want) {
+	if got, want := fields(lineWith(t, sc, "sensor → planner")), []string{"ap-0010", "2s", "Cat-1", "1.0", "0", "sensor", "→", "planner", "door"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("new row = %q, want %q", got, want)
 	}
 
@@ -441,16 +441,26 @@ func TestDecisionFailsAlreadyDecided(t *testing.T) {
 	q.key("a")
 	q.waitFor("Deliver ap-0003")
 	q.key("y")
-	sc := q.waitFor("ap-0003: "+msg, detailHelp)
+	// The item is no longer pending: back to the list, with the gateway's
+	// account of it (not replaced by a generic message after the refetch).
+	sc := q.waitFor("ap-0003: "+msg, listHelp)
 	if strings.Contains(sc, "already_decided") || strings.Contains(sc, "-32002") {
 		t.Errorf("the error should read as its message only:\n%s", sc)
 	}
 
-	// Still usable: reject fails the same way, then works.
+	// A failure that leaves the item pending keeps the detail view, and
+	// the queue stays usable: reject fails, then works.
+	other := "the gateway cannot do this now"
+	gw.setDecideErr(control.Errorf(control.CodeUnavailable, "%s", other))
+	for range 3 {
+		q.key("up")
+	}
+	q.key("enter")
+	q.waitFor("ap-0003  Cat-3")
 	q.key("r")
 	q.key("no")
 	q.key("enter")
-	q.waitFor("ap-0003: "+msg, detailHelp)
+	q.waitFor("ap-0003: "+other, detailHelp)
 	gw.setDecideErr(nil)
 	q.key("r")
 	q.key("no")

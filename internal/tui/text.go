@@ -6,6 +6,7 @@ import (
 	"unicode"
 
 	"github.com/charmbracelet/lipgloss"
+	"github.com/charmbracelet/x/ansi"
 	"github.com/mattn/go-runewidth"
 )
 
@@ -83,6 +84,9 @@ type cell struct {
 func cells(s string, matches []string) []cell {
 	marked := make([]bool, len(s)) // by byte offset
 	for _, m := range matches {
+		// A long match is an excerpt ending in "...": it marks from its
+		// start to the end of that run of non-space text.
+		m, cut := strings.CutSuffix(m, "...")
 		if m == "" {
 			continue
 		}
@@ -91,10 +95,16 @@ func cells(s string, matches []string) []cell {
 			if i < 0 {
 				break
 			}
-			for j := from + i; j < from+i+len(m); j++ {
+			end := from + i + len(m)
+			if cut {
+				for end < len(s) && s[end] != ' ' && s[end] != '\n' {
+					end++
+				}
+			}
+			for j := from + i; j < end; j++ {
 				marked[j] = true
 			}
-			from += i + len(m)
+			from = end
 		}
 	}
 	out := make([]cell, 0, len(s))
@@ -156,6 +166,11 @@ func wrap(s string, matches []string, width int, st styles) []string {
 			for _, x := range line {
 				w += x.width
 			}
+			if w+c.width > width && len(line) > 0 {
+				// What follows the space still does not fit with c.
+				flush(line)
+				line, w = nil, 0
+			}
 			if c.space && len(line) == 0 {
 				continue // no leading space on a new line
 			}
@@ -169,7 +184,8 @@ func wrap(s string, matches []string, width int, st styles) []string {
 	return lines
 }
 
-// truncate cuts s to width columns with an ellipsis.
+// truncate cuts s, which may be styled, to width columns with an
+// ellipsis.
 func truncate(s string, width int) string {
-	return runewidth.Truncate(s, width, "…")
+	return ansi.Truncate(s, width, "…")
 }

@@ -38,7 +38,7 @@ func (m Model) header() string {
 	default:
 		status = fmt.Sprintf("%d pending", len(m.items)) + m.st.dim.Render(" · live")
 	}
-	line1 := m.st.title.Render("bcpgw approvals") + "  " + status
+	line1 := truncate(m.st.title.Render("bcpgw approvals")+"  "+status, m.width)
 	line2 := m.st.dim.Render(truncate("state "+m.cfg.State, m.width))
 	if m.conn == nil && m.connErr != nil {
 		line2 = m.st.dim.Render(truncate(m.connErr.Error(), m.width))
@@ -56,7 +56,7 @@ func (m Model) body() string {
 }
 
 // The list's columns.
-const listRow = "%s %-5s %-5s %8s  %4s  %-26s %s"
+const listRow = "%s %-11s %-4s %-5s %7s  %4s  %-21s %s"
 
 func (m Model) list() string {
 	if !m.loaded {
@@ -71,7 +71,7 @@ func (m Model) list() string {
 		return "\n  Nothing waits for a decision. New items appear here as Readers publish them."
 	}
 	now := m.cfg.Now()
-	rows := []string{m.st.dim.Render(truncate(fmt.Sprintf(listRow, " ", "AGE", "CAT", "BITS", "ANOM", "READER → CONTROLLER", "SUBSCRIPTION/QUERY"), m.width))}
+	rows := []string{m.st.dim.Render(truncate(fmt.Sprintf(listRow, " ", "ID", "AGE", "CAT", "BITS", "ANOM", "READER → CONTROLLER", "SUBSCRIPTION/QUERY"), m.width))}
 	// Scroll so the cursor stays on screen.
 	room := max(m.height-3-1-2, 1)
 	first := max(m.cursor-room+1, 0)
@@ -85,8 +85,8 @@ func (m Model) list() string {
 		if i == m.cursor {
 			mark = ">"
 		}
-		row := fmt.Sprintf(listRow, mark, Age(now.Sub(a.CreatedAt)), fmt.Sprintf("Cat-%d", a.Category), fmt.Sprintf("%.1f", a.BandwidthBits),
-			fmt.Sprint(len(a.Anomalies)), truncate(a.Reader+" → "+a.Controller, 26), what)
+		row := fmt.Sprintf(listRow, mark, truncate(a.ID, 11), Age(now.Sub(a.CreatedAt)), fmt.Sprintf("Cat-%d", a.Category),
+			fmt.Sprintf("%.1f", a.BandwidthBits), fmt.Sprint(len(a.Anomalies)), truncate(a.Reader+" → "+a.Controller, 21), what)
 		row = truncate(row, m.width)
 		if i == m.cursor {
 			row = m.st.sel.Render(padRight(row, m.width))
@@ -130,7 +130,12 @@ func (m Model) footer() string {
 	case m.view == viewConfirm:
 		line = truncate(m.st.title.Render(fmt.Sprintf("Deliver %s to %s? ", m.open.ID, m.open.Controller))+"y approves, any other key cancels", m.width)
 	case m.view == viewReason:
-		line = m.reason.View()
+		// The input takes the message line; a refusal takes the help's.
+		help := m.st.dim.Render(truncate(m.help(), m.width))
+		if m.flash != "" && m.failed {
+			help = m.st.warn.Render(truncate(m.flash, m.width))
+		}
+		return m.reason.View() + "\n" + help
 	case m.flash != "" && m.failed:
 		line = m.st.warn.Render(truncate(m.flash, m.width))
 	case m.flash != "":

@@ -3,7 +3,6 @@ package tui
 import (
 	"encoding/json"
 	"io"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -15,21 +14,13 @@ import (
 	"github.com/bcpgw/bcpgw/gateway/control"
 )
 
-// The tests in this file describe how the queue should behave where it
-// does not yet: each fails today. They are skipped unless
-// BCPGW_TUI_KNOWN_BUGS is set; remove the skip with the fix.
-func knownBug(t *testing.T, what string) {
-	t.Helper()
-	if os.Getenv("BCPGW_TUI_KNOWN_BUGS") == "" {
-		t.Skip("known bug (set BCPGW_TUI_KNOWN_BUGS=1 to run): " + what)
-	}
-}
+// Regression tests: each failed before its fix. The comments say what
+// went wrong.
 
 // view.go footer: in the reason view the footer's first line is the
 // input, so a refusal ("A reason is required", "Not connected") is set
 // but never shown: enter on an empty reason seems to do nothing.
-func TestKnownBugRejectMessageHidden(t *testing.T) {
-	knownBug(t, "the reason view does not show why enter was refused")
+func TestRegressionRejectMessageHidden(t *testing.T) {
 	q := startQueue(t, newGateway(threeItems()...), Config{})
 	q.waitFor("3 pending", "crawler → writer")
 	q.key("enter")
@@ -43,8 +34,7 @@ func TestKnownBugRejectMessageHidden(t *testing.T) {
 // check, and submitting leaves the view where it is, so a second y (or
 // enter) while the decision is in flight sends it again, and any other
 // key says "Not approved." while the approval goes through.
-func TestKnownBugDecisionSentTwice(t *testing.T) {
-	knownBug(t, "a decision in flight can be sent again")
+func TestRegressionDecisionSentTwice(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		keys []string
@@ -82,8 +72,7 @@ func TestKnownBugDecisionSentTwice(t *testing.T) {
 // plus the current cell can still exceed the width when the cell is an
 // escape (8 to 10 columns, ⟨U+XXXX⟩ to ⟨U+XXXXXX⟩); it is appended
 // without a second check.
-func TestKnownBugWrapOverflowAfterBreak(t *testing.T) {
-	knownBug(t, "wrap overflows when an escape follows a break")
+func TestRegressionWrapOverflowAfterBreak(t *testing.T) {
 	for _, l := range wrap("ab cdef\u200b", nil, 10, defaultStyles()) {
 		if w := ansi.StringWidth(l); w > 10 {
 			t.Errorf("line %q is %d columns, want at most 10", l, w)
@@ -94,8 +83,7 @@ func TestKnownBugWrapOverflowAfterBreak(t *testing.T) {
 // model.go responseFields: json.Unmarshal of null into a string succeeds
 // and leaves it empty, so a null value is shown as an empty string,
 // though the doc says values that are not strings are shown as JSON.
-func TestKnownBugNullShownEmpty(t *testing.T) {
-	knownBug(t, "a null field is shown as an empty string")
+func TestRegressionNullShownEmpty(t *testing.T) {
 	got := responseFields(json.RawMessage(`{"a":null,"b":""}`))
 	if len(got) != 2 || got[0].text != "null" {
 		t.Errorf("responseFields = %q, want a shown as null", got)
@@ -106,8 +94,7 @@ func TestKnownBugNullShownEmpty(t *testing.T) {
 // excerpt); text.go cells looks for the whole excerpt, which is not in
 // the text, so long matches (every base64 run over 40 characters, long
 // URLs) are never highlighted.
-func TestKnownBugLongAnomalyMatchNotHighlighted(t *testing.T) {
-	knownBug(t, "truncated anomaly excerpts are not highlighted")
+func TestRegressionLongAnomalyMatchNotHighlighted(t *testing.T) {
 	text := "see https://evil.example/" + strings.Repeat("x", 60) + " now"
 	match := "https://evil.example/" + strings.Repeat("x", 19) + "..." // what bcp reports
 	n := 0
@@ -127,8 +114,7 @@ func TestKnownBugLongAnomalyMatchNotHighlighted(t *testing.T) {
 // message ("already approved by bob") with the generic "no longer
 // pending" one within one round trip, so the reviewer never learns who
 // decided it.
-func TestKnownBugDecisionErrorReplaced(t *testing.T) {
-	knownBug(t, "the gateway's reason for a failed decision is overwritten")
+func TestRegressionDecisionErrorReplaced(t *testing.T) {
 	gw := newGateway(threeItems()...)
 	q := startQueue(t, gw, Config{})
 	q.waitFor("3 pending", "crawler → writer")
@@ -151,15 +137,14 @@ func TestKnownBugDecisionErrorReplaced(t *testing.T) {
 // The detail view's viewport cuts every line at its width (bubbles
 // viewport, no wrapping). wrap's overflow (above) therefore hides the end
 // of an escape: a reviewer sees "⟨U+E00" and not which character it is.
-func TestKnownBugEscapeCutInDetail(t *testing.T) {
-	knownBug(t, "an over-wide line of the detail view is cut")
+func TestRegressionEscapeCutInDetail(t *testing.T) {
 	resp := `{"summary":"a ` + strings.Repeat("b", 74) + "󠁁" + ` end"}`
 	a := item("ap-0050", time.Minute, 3, "scout", "planner", resp)
 	a.SubscriptionID = "s"
 	q := startQueue(t, newGateway(a), Config{})
 	q.waitFor("1 pending")
 	q.key("enter")
-	if sc := q.waitFor("ap-0050"); !strings.Contains(sc, "⟨U+E0041⟩") {
+	if sc := q.waitFor("ap-0050  Cat-3", "sha256"); !strings.Contains(sc, "⟨U+E0041⟩") {
 		t.Errorf("the escape is not shown whole:\n%s", sc)
 	}
 }
@@ -169,8 +154,7 @@ func TestKnownBugEscapeCutInDetail(t *testing.T) {
 // counts their bytes as columns, so with colours on the line is cut
 // short, and a cut inside a sequence or before a reset leaves a broken
 // or unterminated style.
-func TestKnownBugTruncateStyled(t *testing.T) {
-	knownBug(t, "styled text is truncated by bytes of escape sequences")
+func TestRegressionTruncateStyled(t *testing.T) {
 	r := lipgloss.NewRenderer(io.Discard)
 	r.SetColorProfile(termenv.ANSI256)
 	m := New(Config{Dial: newGateway().Dial, Now: fixedNow})
