@@ -65,6 +65,8 @@ func apiError(err error) error {
 	switch {
 	case err == nil:
 		return nil
+	case errors.As(err, &e) && e.Code == control.CodeInvalidParams:
+		return &exitError{code: exitUsage, msg: e.Message}
 	case errors.As(err, &e):
 		return &exitError{code: exitFailed, msg: e.Message}
 	case errors.Is(err, context.DeadlineExceeded):

@@ -60,18 +60,30 @@ review) waits in the approval queue for --approval-ttl.`,
 			for _, w := range set.Warnings {
 				logger.Warn("definition warning", "warning", w.String())
 			}
-			// The socket comes first: it finds a gateway already running
-			// on this state directory before anything else is touched.
-			ln, err := control.Listen(filepath.Join(stateDir, control.SocketName))
-			if err != nil {
+			// Refuse early, before creating anything, if a gateway
+			// answers on this state directory or its socket path is taken.
+			sock := filepath.Join(stateDir, control.SocketName)
+			if err := control.Check(sock); err != nil {
 				return &exitError{code: exitFailed, msg: err.Error()}
 			}
-			defer ln.Close()
+			if err := os.MkdirAll(stateDir, 0o700); err != nil {
+				return &exitError{code: exitFailed, msg: fmt.Sprintf("state directory: %v", err)}
+			}
+			// The store locks the state file: a second gateway on this
+			// directory stops here, before touching anything.
 			st, err := store.Open(filepath.Join(stateDir, "bcpgw.db"))
+			if errors.Is(err, store.ErrLocked) {
+				return &exitError{code: exitFailed, msg: fmt.Sprintf("%v: another bcpgw is running with --state %s (see bcpgw status)", err, stateDir)}
+			}
 			if err != nil {
 				return &exitError{code: exitFailed, msg: err.Error()}
 			}
 			defer st.Close()
+			ln, err := control.Listen(sock)
+			if err != nil {
+				return &exitError{code: exitFailed, msg: err.Error()}
+			}
+			defer ln.Close()
 			gw, err := gateway.New(gateway.Config{Set: set, Store: st, Logger: logger, ApprovalTTL: approvalTTL, QueryTimeout: queryTimeout})
 			if err != nil {
 				return err

@@ -53,17 +53,22 @@ func Listen(path string) (*Listener, error) {
 		ln.Close()
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
-	if err := os.Rename(bound, path); err != nil {
+	fi, err := os.Lstat(bound)
+	if err == nil {
+		err = os.Rename(bound, path)
+	}
+	if err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
-	return &Listener{ln: ln, Path: path}, nil
+	return &Listener{ln: ln, Path: path, file: fi}, nil
 }
 
 // Listener is the listening control socket.
 type Listener struct {
 	ln   *net.UnixListener
 	Path string
+	file fs.FileInfo // the socket as bound, to remove only that
 
 	once sync.Once
 	err  error
@@ -74,8 +79,12 @@ type Listener struct {
 func (l *Listener) Close() error {
 	l.once.Do(func() {
 		l.err = l.ln.Close()
-		if err := os.Remove(l.Path); err != nil && !errors.Is(err, fs.ErrNotExist) && l.err == nil {
-			l.err = err
+		// Only our socket: if another gateway has since put its own at
+		// Path, it stays.
+		if fi, err := os.Lstat(l.Path); err == nil && os.SameFile(fi, l.file) {
+			if err := os.Remove(l.Path); err != nil && l.err == nil {
+				l.err = err
+			}
 		}
 	})
 	return l.err
@@ -105,25 +114,52 @@ func privateDir(dir string) error {
 	return nil
 }
 
+// Check reports, without changing anything, whether Listen could create
+// the socket at path: nil if nothing is there or a stale socket is; an
+// error wrapping ErrInUse if a gateway answers there; an error if
+// something that is not a socket is in the way.
+func Check(path string) error {
+	_, err := stale(path)
+	return err
+}
+
 // clearStale removes a socket at path that nobody answers on.
 func clearStale(path string) error {
-	fi, err := os.Lstat(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("control socket: %w", err)
-	}
-	if fi.Mode().Type() != fs.ModeSocket {
-		return fmt.Errorf("control socket: %s exists and is not a socket (%s); move it away", path, fi.Mode().Type())
-	}
-	c, err := net.DialTimeout("unix", path, time.Second)
-	if err == nil {
-		c.Close()
-		return fmt.Errorf("control socket %s: %w", path, ErrInUse)
+	found, err := stale(path)
+	if err != nil || !found {
+		return err
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("control socket: remove stale %s: %w", path, err)
 	}
 	return nil
+}
+
+// stale reports whether a socket nobody answers on is at path.
+func stale(path string) (bool, error) {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("control socket: %w", err)
+	}
+	if fi.Mode().Type() != fs.ModeSocket {
+		what := "a special file"
+		switch {
+		case fi.Mode().IsRegular():
+			what = "a regular file"
+		case fi.IsDir():
+			what = "a directory"
+		case fi.Mode()&fs.ModeSymlink != 0:
+			what = "a symbolic link"
+		}
+		return false, fmt.Errorf("control socket: %s exists and is not a socket (it is %s); move it away", path, what)
+	}
+	c, err := net.DialTimeout("unix", path, time.Second)
+	if err == nil {
+		c.Close()
+		return false, fmt.Errorf("control socket %s: %w", path, ErrInUse)
+	}
+	return true, nil
 }

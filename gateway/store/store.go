@@ -26,6 +26,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
@@ -44,7 +45,8 @@ var ErrClosed = errors.New("store closed")
 // use.
 type Store struct {
 	path string
-	wdb  *sql.DB // one connection, owned by the writer goroutine
+	lock *os.File // held while open: one process per state file
+	wdb  *sql.DB  // one connection, owned by the writer goroutine
 	rdb  *sql.DB // readers
 	cdb  *sql.DB // the checkpointer's connection
 
@@ -99,6 +101,42 @@ func (t *wtx) Query(query string, args ...any) (*sql.Rows, error) {
 // Open opens or creates the state file at path (mode 0600), applies the
 // migrations it lacks, and starts the writer.
 func Open(path string) (*Store, error) {
+	lock, err := lockFile(path + ".lock")
+	if err != nil {
+		return nil, err
+	}
+	s, err := open(path)
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	s.lock = lock
+	return s, nil
+}
+
+// ErrLocked is returned by Open when another process has the state file
+// open.
+var ErrLocked = errors.New("another bcpgw is using this state file")
+
+// lockFile takes an exclusive lock on path, held until the returned file
+// is closed (or the process exits, however it exits). Two gateways on one
+// state file would each deliver its outbox.
+func lockFile(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock state: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%s: %w", strings.TrimSuffix(path, ".lock"), ErrLocked)
+		}
+		return nil, fmt.Errorf("lock state: %w", err)
+	}
+	return f, nil
+}
+
+func open(path string) (*Store, error) {
 	// Create the file ourselves so that its mode is 0600 from the start.
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
@@ -245,7 +283,11 @@ func (s *Store) Close() error {
 		st.Close()
 	}
 	_, err := s.cdb.Exec("PRAGMA wal_checkpoint(TRUNCATE)")
-	return errors.Join(err, s.wdb.Close(), s.rdb.Close(), s.cdb.Close())
+	err = errors.Join(err, s.wdb.Close(), s.rdb.Close(), s.cdb.Close())
+	if s.lock != nil {
+		err = errors.Join(err, s.lock.Close())
+	}
+	return err
 }
 
 // submit queues a write. It blocks only while the queue is full.
