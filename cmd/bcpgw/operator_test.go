@@ -1368,3 +1368,56 @@ func TestCLIGatewayExclusive(t *testing.T) {
 	// The first gateway still answers.
 	g.ok("status")
 }
+
+// Two gateways started at the same moment on one state directory: exactly
+// one runs, the other exits 1, and the survivor keeps its socket.
+func TestCLIConcurrentRunsOneWins(t *testing.T) {
+	t.Parallel()
+	for round := range 4 {
+		g := newOpEnv(t)
+		if round%2 == 1 {
+			g.start("[]") // an existing state directory
+			g.stop()
+		}
+		var procs [2]*exec.Cmd
+		var errs [2]lockedBuffer
+		exited := make(chan int, 2)
+		for i := range procs {
+			cmd := exec.Command(bin, "run", "--agents", g.agents, "--state", g.state)
+			cmd.Env = append(baseEnv(), "PUB=[]", "BCPGW_STATE=")
+			cmd.Stderr = &errs[i]
+			procs[i] = cmd
+		}
+		for i, cmd := range procs {
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			go func() { _ = cmd.Wait(); exited <- i }()
+		}
+		loser := -1
+		select {
+		case loser = <-exited:
+		case <-time.After(opTimeout):
+			t.Fatalf("round %d: neither run exited", round)
+		}
+		winner := procs[1-loser]
+		if code := procs[loser].ProcessState.ExitCode(); code != 1 || !strings.Contains(errs[loser].String(), "another bcpgw is running") {
+			t.Errorf("round %d: the losing run exited %d:\n%s", round, code, errs[loser].String())
+		}
+		opWait(t, "the winner to answer", func() (bool, string) {
+			r := g.bcpgw("status", "--json")
+			if r.code != 0 {
+				return false, r.String()
+			}
+			var st control.Status
+			opJSON(t, r.stdout, &st)
+			return st.PID == winner.Process.Pid, r.stdout
+		})
+		_ = winner.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(opTimeout):
+			t.Fatalf("round %d: the winner did not stop", round)
+		}
+	}
+}
