@@ -47,8 +47,8 @@ type Store struct {
 	path string
 	lock *os.File // held while open: one process per state file
 	wdb  *sql.DB  // one connection, owned by the writer goroutine
-	rdb  *sql.DB // readers
-	cdb  *sql.DB // the checkpointer's connection
+	rdb  *sql.DB  // readers
+	cdb  *sql.DB  // the checkpointer's connection
 
 	stopCheckpoints, checkpointsDone chan struct{}
 
