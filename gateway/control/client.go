@@ -50,7 +50,7 @@ func Dial(ctx context.Context, path string) (*Client, error) {
 			return nil, fmt.Errorf("%w: nothing answers on %s (start it with bcpgw run, or check --state)", ErrNotRunning, path)
 		}
 		if errors.Is(err, fs.ErrPermission) {
-			return nil, fmt.Errorf("control socket %s: permission denied: only the user running the gateway (and root) may use it", path)
+			return nil, fmt.Errorf("control socket %s: %w: only the user running the gateway (and root) may use it", path, fs.ErrPermission)
 		}
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
@@ -151,7 +151,8 @@ func (cl *Client) Call(ctx context.Context, method string, params, result any) e
 		return err
 	}
 	cl.next++
-	id := strconv.Itoa(cl.next)
+	n := cl.next
+	id := strconv.Itoa(n)
 	ch := make(chan rpcReply, 1)
 	cl.pending[id] = ch
 	cl.mu.Unlock()
@@ -160,7 +161,7 @@ func (cl *Client) Call(ctx context.Context, method string, params, result any) e
 		ID      int    `json:"id"`
 		Method  string `json:"method"`
 		Params  any    `json:"params,omitempty"`
-	}{"2.0", cl.next, method, params})
+	}{"2.0", n, method, params})
 	if err != nil {
 		cl.forget(id)
 		return fmt.Errorf("%s: %w", method, err)
@@ -170,6 +171,16 @@ func (cl *Client) Call(ctx context.Context, method string, params, result any) e
 	cl.wmu.Unlock()
 	if err != nil {
 		cl.forget(id)
+		// The gateway may have refused the connection before reading
+		// (permission, too many connections): its reason beats EPIPE.
+		select {
+		case <-cl.done:
+			var e *Error
+			if errors.As(cl.Err(), &e) {
+				return e
+			}
+		case <-ctx.Done():
+		}
 		return fmt.Errorf("%s: %w", method, err)
 	}
 	select {

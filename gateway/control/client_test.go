@@ -27,6 +27,11 @@ func TestClientCloseWithUnreadNotifications(t *testing.T) {
 	select {
 	case <-closed:
 	case <-time.After(hangGuard):
+		// Unstick the reader so that the cleanups can finish.
+		go func() {
+			for range cl.Notifications() {
+			}
+		}()
 		t.Fatal("Close hangs while notifications are unread")
 	}
 	waitClosed(t, "Done", cl.Done())

@@ -36,12 +36,14 @@ func Listen(path string) (*Listener, error) {
 	if err := clearStale(path); err != nil {
 		return nil, err
 	}
-	tmp, err := os.MkdirTemp(dir, ".control-")
+	// Short names: a socket's path is limited to about 104 bytes, and
+	// this one is only two bytes longer than path.
+	tmp, err := os.MkdirTemp(dir, ".c")
 	if err != nil {
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	bound := filepath.Join(tmp, filepath.Base(path))
+	bound := filepath.Join(tmp, "s")
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: bound, Net: "unix"})
 	if err != nil {
 		return nil, fmt.Errorf("control socket: %w", err)

@@ -257,3 +257,66 @@ func TestListenerClose(t *testing.T) {
 	}
 	listen(t, path)
 }
+
+// Close removes only its own socket: one that another gateway has since
+// put at the path stays.
+func TestListenerCloseKeepsForeignSocket(t *testing.T) {
+	path := filepath.Join(shortTempDir(t), "state", SocketName)
+	old, err := Listen(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Someone removed our socket, and a new gateway took the path.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	ts := startServerAt(t, path, newFakeBackend(), ServerConfig{})
+	if err := old.Close(); err != nil {
+		t.Fatalf("Close of the old listener: %v", err)
+	}
+	if got := mode(t, path); got.Type() != fs.ModeSocket {
+		t.Fatalf("after the old listener's Close, %s is %v, want the new socket", path, got)
+	}
+	if _, err := dial(t, ts.path).Status(callCtx(t)); err != nil {
+		t.Fatalf("the new gateway after the old listener closed: %v", err)
+	}
+}
+
+func TestCheck(t *testing.T) {
+	tests := []struct {
+		name    string
+		make    func(t *testing.T, path string)
+		wantErr bool
+		inUse   bool
+	}{
+		{"nothing", func(t *testing.T, path string) {}, false, false},
+		{"stale socket", makeStaleSocket, false, false},
+		{"live socket", func(t *testing.T, path string) { listen(t, path) }, true, true},
+		{"regular file", func(t *testing.T, path string) {
+			if err := os.WriteFile(path, []byte("x"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, true, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := filepath.Join(shortTempDir(t), "state")
+			if err := os.Mkdir(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(dir, SocketName)
+			tt.make(t, path)
+			before, beforeErr := os.Lstat(path)
+
+			err := Check(path)
+			if (err != nil) != tt.wantErr || errors.Is(err, ErrInUse) != tt.inUse {
+				t.Fatalf("Check = %v, want error %t (ErrInUse %t)", err, tt.wantErr, tt.inUse)
+			}
+			// Check changes nothing.
+			after, afterErr := os.Lstat(path)
+			if (beforeErr == nil) != (afterErr == nil) || (beforeErr == nil && !os.SameFile(before, after)) {
+				t.Errorf("Check changed %s: before %v/%v, after %v/%v", path, before, beforeErr, after, afterErr)
+			}
+		})
+	}
+}

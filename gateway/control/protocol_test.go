@@ -157,7 +157,6 @@ func TestOverlongLineClosesConnection(t *testing.T) {
 }
 
 func TestOverlongLineGetsError(t *testing.T) {
-	skipKnownBug(t, "conn.writer drops queued lines once cc.ctx is cancelled, and serveConn cancels before the writer has flushed (server.go)")
 	ts := startServer(t, newFakeBackend(), ServerConfig{})
 	rc := dialRaw(t, ts.path)
 	sendOverlong(rc)
@@ -179,7 +178,6 @@ func TestOverlongLineGetsError(t *testing.T) {
 // still answered (server.go: "they are answered before the connection
 // ends").
 func TestHalfCloseRequestsAnswered(t *testing.T) {
-	skipKnownBug(t, "conn.writer drops queued lines once cc.ctx is cancelled, and serveConn cancels before the writer has flushed (server.go)")
 	ts := startServer(t, newFakeBackend(), ServerConfig{})
 	rc := dialRaw(t, ts.path)
 	const n = 5

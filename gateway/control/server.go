@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -72,8 +73,8 @@ type Server struct {
 	started time.Time
 
 	mu      sync.Mutex
-	path    string // the socket, once serving
-	closing bool   // Serve is closing every connection
+	path    string      // the socket, once serving
+	closing atomic.Bool // Serve is closing every connection
 	conns   map[*conn]struct{}
 	wg      sync.WaitGroup // connections
 }
@@ -97,6 +98,9 @@ func NewServer(cfg ServerConfig) *Server {
 func Authorize(p Peer, self int) error {
 	if p.UID == self || p.UID == 0 {
 		return nil
+	}
+	if self == 0 {
+		return Errorf(CodePermission, "uid %d may not use this control socket: the gateway runs as root, and only root may", p.UID)
 	}
 	return Errorf(CodePermission, "uid %d may not use this control socket: only uid %d (the gateway's user) and root may", p.UID, self)
 }
@@ -125,7 +129,7 @@ func (s *Server) Serve(ctx context.Context, l *Listener) error {
 	}
 	l.Close()
 	s.mu.Lock()
-	s.closing = true
+	s.closing.Store(true)
 	for c := range s.conns {
 		c.close()
 	}
@@ -153,14 +157,22 @@ type conn struct {
 	slots     chan struct{}  // bounds requests in flight
 
 	mu   sync.Mutex
-	subs map[string]context.CancelFunc
+	subs map[string]*subscription
 	next int
+}
+
+// subscription is one follower of the event log.
+type subscription struct {
+	stop context.CancelFunc
+	done chan struct{} // closed when the follower has returned
 }
 
 func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
 	defer c.Close()
 	peer, err := peerCred(c)
-	if err == nil {
+	if err != nil {
+		peer = Peer{UID: -1, GID: -1} // unknown: refused
+	} else {
 		err = Authorize(peer, s.uid)
 	}
 	if err != nil {
@@ -170,11 +182,11 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
 		return
 	}
 	peer.User = userName(peer.UID)
-	cc := &conn{s: s, c: c, peer: peer, out: make(chan []byte, outQueue), slots: make(chan struct{}, maxInFlight), subs: map[string]context.CancelFunc{}}
+	cc := &conn{s: s, c: c, peer: peer, out: make(chan []byte, outQueue), slots: make(chan struct{}, maxInFlight), subs: map[string]*subscription{}}
 	cc.ctx, cc.cancel = context.WithCancel(ctx)
 	defer cc.cancel()
 	s.mu.Lock()
-	if s.closing {
+	if s.closing.Load() {
 		s.mu.Unlock()
 		return
 	}
@@ -483,13 +495,16 @@ func (cc *conn) call(req *request) (result any, after func(), err error) {
 			return nil, nil, err
 		}
 		cc.mu.Lock()
-		stop, ok := cc.subs[p.Subscription]
+		sub, ok := cc.subs[p.Subscription]
 		delete(cc.subs, p.Subscription)
 		cc.mu.Unlock()
 		if !ok {
 			return nil, nil, Errorf(CodeNotFound, "no subscription %q on this connection", p.Subscription)
 		}
-		stop()
+		// Once the follower has returned, nothing of it follows the
+		// response.
+		sub.stop()
+		<-sub.done
 		return nil, nil, nil
 	case MethodReload:
 		if err := decode(req.Params, &struct{}{}); err != nil {
@@ -547,12 +562,14 @@ func (cc *conn) subscribe(params json.RawMessage) (any, func(), error) {
 	cc.next++
 	id := "sub-" + strconv.Itoa(cc.next)
 	ctx, stop := context.WithCancel(cc.ctx)
-	cc.subs[id] = stop
+	sub := &subscription{stop: stop, done: make(chan struct{})}
+	cc.subs[id] = sub
 	cc.followers.Add(1) // before the response, so the connection's end waits for the follower
 	cc.mu.Unlock()
 	start := func() {
 		go func() {
 			defer cc.followers.Done()
+			defer close(sub.done)
 			defer stop()
 			cc.follow(ctx, id, cursor, p.Types)
 		}()
@@ -576,7 +593,7 @@ func (cc *conn) follow(ctx context.Context, id string, cursor int64, types []str
 			return
 		}
 		for _, e := range evs {
-			if !cc.send(notification{JSONRPC: "2.0", Method: NotificationEvent, Params: EventNotification{Subscription: id, Event: e}}) {
+			if !cc.sendCtx(ctx, notification{JSONRPC: "2.0", Method: NotificationEvent, Params: EventNotification{Subscription: id, Event: e}}) {
 				return
 			}
 			cursor = e.Seq
@@ -594,7 +611,10 @@ func (cc *conn) follow(ctx context.Context, id string, cursor int64, types []str
 
 // send queues one line for the writer; false once the connection is
 // closing.
-func (cc *conn) send(v any) bool {
+func (cc *conn) send(v any) bool { return cc.sendCtx(cc.ctx, v) }
+
+// sendCtx is send that also gives up when ctx ends (a subscription's).
+func (cc *conn) sendCtx(ctx context.Context, v any) bool {
 	line, err := json.Marshal(v)
 	if err != nil {
 		cc.s.log.Error("control: encode", "error", err)
@@ -603,21 +623,26 @@ func (cc *conn) send(v any) bool {
 	select {
 	case cc.out <- append(line, '\n'):
 		return true
-	case <-cc.ctx.Done():
+	case <-ctx.Done():
 		return false
 	}
 }
 
-// writer writes queued lines until the queue closes. A client that does
-// not read within WriteTimeout is disconnected.
+// writer writes queued lines until the queue closes, including the ones
+// queued as the connection ends (answers to a client that closed its
+// side, the error for an overlong line). A client that does not read
+// within WriteTimeout is disconnected; after a failed write, and once the
+// server is shutting down, the rest is discarded.
 func (cc *conn) writer() {
+	broken := false
 	for line := range cc.out {
-		if cc.ctx.Err() != nil {
-			continue // closing: drain
+		if broken || cc.s.closing.Load() {
+			continue
 		}
 		_ = cc.c.SetWriteDeadline(time.Now().Add(cc.s.cfg.WriteTimeout))
 		if _, err := cc.c.Write(line); err != nil {
 			cc.s.log.Debug("control connection: write", "error", err)
+			broken = true
 			cc.close()
 		}
 	}

@@ -325,7 +325,6 @@ func TestMaxConns(t *testing.T) {
 // Calls from several goroutines on one Client are matched to their
 // responses.
 func TestClientConcurrentCalls(t *testing.T) {
-	skipKnownBug(t, "Client.Call reads cl.next after unlocking cl.mu (client.go), so concurrent calls race and can share an id")
 	fb := newFakeBackend()
 	ts := startServer(t, fb, ServerConfig{})
 	cl := dial(t, ts.path)
@@ -349,19 +348,10 @@ func TestClientConcurrentCalls(t *testing.T) {
 	}
 }
 
-// skipKnownBug skips a test that fails because of a production bug
-// reported alongside these tests, unless CONTROL_TEST_KNOWN_BUGS=1.
-func skipKnownBug(t *testing.T, bug string) {
-	t.Helper()
-	if os.Getenv("CONTROL_TEST_KNOWN_BUGS") != "1" {
-		t.Skipf("known production bug (set CONTROL_TEST_KNOWN_BUGS=1 to run): %s", bug)
-	}
-}
 
 // A call on a refused connection reports the refusal, not the broken
 // pipe it may meet writing its request.
 func TestRefusedCallReportsRefusal(t *testing.T) {
-	skipKnownBug(t, "Client.Call returns the raw write error (EPIPE) when the server refused the connection before the request was written (client.go)")
 	ts := startServer(t, newFakeBackend(), ServerConfig{MaxConns: 1})
 	first := dial(t, ts.path)
 	if _, err := first.Status(callCtx(t)); err != nil {
