@@ -348,7 +348,6 @@ func TestClientConcurrentCalls(t *testing.T) {
 	}
 }
 
-
 // A call on a refused connection reports the refusal, not the broken
 // pipe it may meet writing its request.
 func TestRefusedCallReportsRefusal(t *testing.T) {
