@@ -142,6 +142,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	close(g.running)
 	g.spawn(func() { g.expireLoop(ctx) })
+	sc := &scheduler{clock: g.cfg.Clock, log: g.log.Named("cron"), event: g.event, prompt: g.cronPrompt}
+	set := g.set.Load()
+	g.spawn(func() { sc.run(ctx, set) })
 	err = g.sv.Run(ctx)
 	cancel()
 	g.goMu.Lock()
