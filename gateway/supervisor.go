@@ -81,6 +81,9 @@ type agent struct {
 	timerGen int           // invalidates stale backoff timers
 	held     bool          // stopped by an operator: not restarted until asked for
 	stopping *Session      // the session an operator's stop is ending; not handed out
+	// stopOnStart, when set, is the reason of an operator's stop that came
+	// while the session was starting: it is stopped as soon as it is up.
+	stopOnStart string
 	lastErr  error         // why the last session ended or failed to start
 }
 
@@ -195,6 +198,14 @@ func (sv *Supervisor) handle(ctx context.Context, all map[string]*agent, ev any)
 			return
 		}
 		a.held = true
+		switch {
+		case a.state == StateBackoff && len(a.waiters) == 0:
+			a.timerGen++ // the pending restart is off
+			a.state = StateStopped
+			sv.audit(a, "agent_stopped", ev.reason)
+		case a.state == StateStarting:
+			a.stopOnStart = ev.reason // stopped once its start completes
+		}
 		if s := a.sess; s != nil && s != a.stopping {
 			a.stopping = s
 			sv.audit(a, "agent_stopped", ev.reason)
@@ -211,7 +222,7 @@ func (sv *Supervisor) handle(ctx context.Context, all map[string]*agent, ev any)
 			ev.reply <- fmt.Errorf("no agent named %q: %w", ev.name, ErrNoAgent)
 			return
 		}
-		a.held = false
+		a.held, a.stopOnStart = false, ""
 		if a.state == StateFailed {
 			a.state, a.crashes, a.attempt = StateStopped, nil, 0
 			sv.audit(a, "agent_reset", "operator restart")
@@ -223,7 +234,7 @@ func (sv *Supervisor) handle(ctx context.Context, all map[string]*agent, ev any)
 	case startedEv:
 		a := all[ev.name]
 		if ev.res.err != nil {
-			a.lastErr = ev.res.err
+			a.lastErr, a.stopOnStart = ev.res.err, ""
 			sv.log.Error("agent start failed", "agent", a.def.Name, "error", ev.res.err)
 			sv.crashed(ctx, a, ev.res.err)
 			return
@@ -232,6 +243,16 @@ func (sv *Supervisor) handle(ctx context.Context, all map[string]*agent, ev any)
 		if sv.cfg.OnStarted != nil {
 			sv.cfg.OnStarted(a.sess)
 		}
+		if why := a.stopOnStart; why != "" && len(a.waiters) == 0 {
+			a.stopOnStart, a.stopping = "", a.sess
+			sv.audit(a, "agent_stopped", why)
+			sv.wg.Add(1)
+			go func(s *Session) {
+				defer sv.wg.Done()
+				_ = s.Stop(ctx, why)
+			}(a.sess)
+		}
+		a.stopOnStart = ""
 		for _, w := range a.waiters {
 			w <- result{sess: a.sess}
 		}
@@ -262,7 +283,7 @@ func (sv *Supervisor) handle(ctx context.Context, all map[string]*agent, ev any)
 		}
 	case retryEv:
 		a := all[ev.name]
-		if a.state == StateBackoff && ev.gen == a.timerGen {
+		if a.state == StateBackoff && ev.gen == a.timerGen && (!a.held || len(a.waiters) > 0) {
 			sv.start(ctx, a)
 		}
 	}

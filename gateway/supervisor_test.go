@@ -142,3 +142,36 @@ func TestSupervisorStartsOnDemandAndStopsAll(t *testing.T) {
 		t.Errorf("session_stopped events = %d, want 2", got)
 	}
 }
+
+// An operator's stop of an agent waiting to restart after a crash cancels
+// the restart: it stays stopped until started.
+func TestSupervisorStopDuringBackoff(t *testing.T) {
+	sv, clock, rec, _, _ := supervised(t, true, map[string]string{"worker": "ready-then-exit"})
+	if !checkFor(t, 10*time.Second, 5*time.Millisecond, func() bool { return clock.pendingFor(time.Second) }) {
+		t.Fatalf("no restart timer after the first crash (state %s)", stateOf(t, sv, "worker"))
+	}
+	if err := sv.Stop(context.Background(), "worker", "operator"); err != nil {
+		t.Fatal(err)
+	}
+	if s := stateOf(t, sv, "worker"); s != StateStopped {
+		t.Fatalf("state after Stop in backoff = %s, want stopped", s)
+	}
+	clock.Advance(time.Minute) // the old restart time passes
+	if got := len(rec.find("session_started", "")); got != 1 {
+		t.Fatalf("session_started events = %d after Stop, want 1 (no restart)", got)
+	}
+	if s := stateOf(t, sv, "worker"); s != StateStopped {
+		t.Errorf("state = %s a minute after Stop, want stopped", s)
+	}
+	all, err := sv.Agents(context.Background())
+	if err != nil || len(all) != 1 || !all[0].Held {
+		t.Errorf("Agents = %+v, %v; want worker held", all, err)
+	}
+	// Start releases it.
+	if _, err := sv.Start(context.Background(), "worker"); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	if got := len(rec.find("session_started", "")); got != 2 {
+		t.Errorf("session_started events = %d after Start, want 2", got)
+	}
+}
