@@ -98,7 +98,7 @@ func TestCronFiresAndSkipsWhilePending(t *testing.T) {
 	h.tick(t, 10*time.Second) // the first prompt is still pending: skipped
 	h.tick(t, 10*time.Second) // skipped again
 	cronWait(t, "two skips", func() bool { _, k := h.counts(); return k["cron_skipped"] == 2 })
-	h.release <- struct{}{} // the first prompt is answered
+	h.release <- struct{}{}   // the first prompt is answered
 	h.tick(t, 10*time.Second) // fires again
 	cronWait(t, "the second prompt", func() bool { n, _ := h.counts(); return n == 2 })
 

@@ -10,10 +10,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -610,6 +612,19 @@ func stderrLevelOf(line string) hclog.Level {
 	return hclog.LevelFromString(name)
 }
 
+// safeLine returns a runtime's text line as it may reach a terminal (the
+// gateway's log, an operator's bcpgw events): as it is if every character
+// is graphic, else Go-quoted, so that escape sequences and invisible
+// characters show as \x1b, \u200b and so on instead of acting.
+func safeLine(text string) string {
+	for _, r := range text {
+		if r != '\t' && !unicode.IsGraphic(r) {
+			return strconv.QuoteToGraphic(text)
+		}
+	}
+	return text
+}
+
 // relayStderr owns stderr: each line goes to the agent's logger at its
 // parsed level, and the last few are kept for the exit error.
 func (s *Session) relayStderr(stderr io.Reader) {
@@ -619,7 +634,7 @@ func (s *Session) relayStderr(stderr io.Reader) {
 	for {
 		line, err := r.ReadSlice('\n')
 		if len(line) > 0 {
-			text := strings.TrimRight(string(line), "\r\n")
+			text := safeLine(strings.TrimRight(string(line), "\r\n"))
 			for errors.Is(err, bufio.ErrBufferFull) { // skip the rest of an overlong line
 				_, err = r.ReadSlice('\n')
 			}

@@ -514,3 +514,15 @@ func TestStderrLevelOf(t *testing.T) {
 		}
 	}
 }
+
+func TestSafeLine(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"plain text\twith a tab, ünïcödé", "plain text\twith a tab, ünïcödé"},
+		{"\x1b]52;c;aGk=\a\x1b[2J", `"\x1b]52;c;aGk=\a\x1b[2J"`},
+		{"zero\u200bwidth", `"zero\u200bwidth"`},
+	} {
+		if got := safeLine(tc.in); got != tc.want {
+			t.Errorf("safeLine(%q) = %s, want %s", tc.in, got, tc.want)
+		}
+	}
+}

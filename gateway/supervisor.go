@@ -84,7 +84,7 @@ type agent struct {
 	// stopOnStart, when set, is the reason of an operator's stop that came
 	// while the session was starting: it is stopped as soon as it is up.
 	stopOnStart string
-	lastErr  error         // why the last session ended or failed to start
+	lastErr     error // why the last session ended or failed to start
 }
 
 // AgentStatus is what the supervisor knows of one agent.

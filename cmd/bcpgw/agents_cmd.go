@@ -61,14 +61,14 @@ func agentNote(a control.Agent) string {
 	if a.Autostart {
 		notes = append(notes, "autostart")
 	}
-	if a.Held {
+	if a.Held && a.State != "running" {
 		notes = append(notes, "stopped by operator")
 	}
 	if a.Crashes > 0 {
 		notes = append(notes, fmt.Sprintf("%d crashes/min", a.Crashes))
 	}
 	if a.LastError != "" && a.State != "running" {
-		notes = append(notes, "last error: "+a.LastError)
+		notes = append(notes, "last error: "+tui.Printable(a.LastError))
 	}
 	return strings.Join(notes, "; ")
 }

@@ -76,8 +76,11 @@ func newApprovalsListCmd() *cobra.Command {
 }
 
 func statusWord(status string) string {
-	if status == "all" || status == "" {
+	switch status {
+	case "":
 		return "pending"
+	case "all":
+		return "recorded"
 	}
 	return status
 }
@@ -116,7 +119,7 @@ An item is decided once; deciding it again is refused.`,
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "Approved %s: Cat-%d from %s, %.1f bits, delivered to %s.\n",
+				fmt.Fprintf(cmd.OutOrStdout(), "Approved %s: Cat-%d from %s, %.1f bits, queued for delivery to %s.\n",
 					a.ID, a.Category, a.Reader, a.BandwidthBits, a.Controller)
 				return nil
 			})

@@ -70,7 +70,7 @@ func apiError(err error) error {
 	case errors.As(err, &e):
 		return &exitError{code: exitFailed, msg: e.Message}
 	case errors.Is(err, context.DeadlineExceeded):
-		return &exitError{code: exitFailed, msg: fmt.Sprintf("the gateway did not answer within %s", callTimeout)}
+		return &exitError{code: exitFailed, msg: fmt.Sprintf("the gateway did not answer within %s; the request may still complete (see bcpgw events)", callTimeout)}
 	}
 	return err
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/bcpgw/bcpgw/bcp"
 	"github.com/bcpgw/bcpgw/gateway/control"
+	"github.com/bcpgw/bcpgw/internal/tui"
 )
 
 func newEventsCmd() *cobra.Command {
@@ -93,7 +94,7 @@ func followEvents(ctx context.Context, cl *control.Client, since int64, fromSinc
 		select {
 		case n, ok := <-cl.Notifications():
 			if !ok {
-				return &exitError{code: exitNotRunning, msg: "the gateway stopped"}
+				return &exitError{code: exitNotRunning, msg: "the connection to the gateway ended: " + cl.Err().Error()}
 			}
 			if err := print(n.Event); err != nil {
 				return err
@@ -117,8 +118,13 @@ func splitTypes(in []string) []string {
 }
 
 // formatEvent is one line for people:
-// "1042 12:00:01 refused researcher->main budget_exhausted: ...".
+// "1042 12:00:01 refused researcher->main budget_exhausted: ...". Text
+// from runtimes is in it, so unusual characters are made visible.
 func formatEvent(e control.Event) string {
+	return tui.Printable(rawEvent(e))
+}
+
+func rawEvent(e control.Event) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d %s %s", e.Seq, e.Time.Local().Format("2006-01-02 15:04:05"), e.Kind)
 	if e.Agent != "" {
@@ -137,14 +143,9 @@ func formatEvent(e control.Event) string {
 		b.WriteString(" [" + e.Ref + "]")
 	}
 	if e.Detail != "" {
-		b.WriteString(" " + oneLine(e.Detail))
+		b.WriteString(" " + e.Detail)
 	}
 	return b.String()
-}
-
-// oneLine keeps an event on one line: runtime text may hold newlines.
-func oneLine(s string) string {
-	return strings.NewReplacer("\n", `\n`, "\r", `\r`).Replace(s)
 }
 
 func newReportCmd() *cobra.Command {

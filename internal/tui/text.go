@@ -37,6 +37,23 @@ func visible(r rune) bool {
 // escape renders r as ⟨U+XXXX⟩.
 func escape(r rune) string { return fmt.Sprintf("⟨U+%04X⟩", r) }
 
+// Printable renders s for a terminal on one line: every character that
+// is not plainly printable (newlines and escape sequences included) as
+// ⟨U+XXXX⟩. Text that came from a runtime must pass through it before it
+// is printed: a raw escape sequence could rewrite the operator's screen
+// or clipboard.
+func Printable(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if r == '\n' || !visible(r) {
+			b.WriteString(escape(r))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
 // Unusual counts the characters of s that are shown escaped.
 func Unusual(s string) int {
 	n := 0
