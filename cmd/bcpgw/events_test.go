@@ -17,7 +17,7 @@ func TestFormatEventNeutralizesTerminalControls(t *testing.T) {
 	if strings.ContainsAny(got, "\x1b\a\n\u200b") {
 		t.Fatalf("formatEvent left control characters in: %q", got)
 	}
-	for _, want := range []string{"⟨U+001B⟩]52;c;aGk=⟨U+0007⟩", "⟨U+000A⟩line two", "zero⟨U+200B⟩width", "7 ", "session_crashed reader"} {
+	for _, want := range []string{"⟨U+001B⟩]52;c;aGk=⟨U+0007⟩", "[2Jline two⟨U+000A⟩zero⟨U+200B⟩width", "7 ", "session_crashed reader"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("formatEvent = %q, want it to contain %q", got, want)
 		}
