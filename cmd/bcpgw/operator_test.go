@@ -622,7 +622,7 @@ func TestCLIApproveAndReject(t *testing.T) {
 	// Approve, with the hash of what was read.
 	p := g.startCmd("approve", a.ID, "--note", "reviewed by the CLI test", "--sha256", a.SHA256)
 	r = p.wait(t)
-	if r.code != 0 || !strings.HasPrefix(r.stdout, "Approved "+a.ID+": Cat-3 from researcher") || !strings.Contains(r.stdout, "delivered to main") {
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "Approved "+a.ID+": Cat-3 from researcher") || !strings.Contains(r.stdout, "queued for delivery to main") {
 		t.Fatalf("approve: %s", r)
 	}
 	got := g.approval(a.ID)

@@ -66,8 +66,8 @@ review) waits in the approval queue for --approval-ttl.`,
 			if err := control.Check(sock); err != nil {
 				return &exitError{code: exitFailed, msg: err.Error()}
 			}
-			if err := os.MkdirAll(stateDir, 0o700); err != nil {
-				return &exitError{code: exitFailed, msg: fmt.Sprintf("state directory: %v", err)}
+			if err := control.PrepareDir(stateDir); err != nil {
+				return &exitError{code: exitFailed, msg: err.Error()}
 			}
 			// The store locks the state file: a second gateway on this
 			// directory stops here, before touching anything.

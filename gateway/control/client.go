@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"syscall"
@@ -53,6 +54,10 @@ func Dial(ctx context.Context, path string) (*Client, error) {
 			return nil, fmt.Errorf("control socket %s: %w: only the user running the gateway (and root) may use it", path, fs.ErrPermission)
 		}
 		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	if err := trustServer(c); err != nil {
+		c.Close()
+		return nil, err
 	}
 	cl := &Client{c: c, done: make(chan struct{}), closing: make(chan struct{}), pending: map[string]chan rpcReply{}, notes: make(chan EventNotification, 256)}
 	go cl.read()
@@ -208,4 +213,21 @@ func (cl *Client) forget(id string) {
 	cl.mu.Lock()
 	delete(cl.pending, id)
 	cl.mu.Unlock()
+}
+
+// trustServer checks who serves the socket: this user, or root. A socket
+// another user planted would otherwise show a fake approval queue.
+func trustServer(c net.Conn) error {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return nil
+	}
+	p, err := peerCred(uc)
+	if err != nil {
+		return fmt.Errorf("control socket: %w", err)
+	}
+	if self := os.Getuid(); p.UID != self && p.UID != 0 && self != 0 {
+		return fmt.Errorf("control socket %s is served by uid %d, not by this user (uid %d) or root: refusing to talk to it", uc.RemoteAddr(), p.UID, self)
+	}
+	return nil
 }

@@ -30,7 +30,7 @@ var ErrInUse = errors.New("another bcpgw is running with this state directory")
 // Anything at path that is not a socket is refused and left alone.
 func Listen(path string) (*Listener, error) {
 	dir := filepath.Dir(path)
-	if err := privateDir(dir); err != nil {
+	if err := PrepareDir(dir); err != nil {
 		return nil, err
 	}
 	if err := clearStale(path); err != nil {
@@ -92,25 +92,27 @@ func (l *Listener) Close() error {
 	return l.err
 }
 
-// privateDir makes sure dir exists, is a directory owned by us, and is
-// not reachable by group or others.
-func privateDir(dir string) error {
+// PrepareDir makes sure the state directory dir exists, is a directory
+// owned by this user, and is not reachable by group or others (it is
+// tightened to 0700 if it is). Call it before creating anything in dir:
+// a directory another user made could hold symlinks or planted files.
+func PrepareDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("control socket: %w", err)
+		return fmt.Errorf("state directory: %w", err)
 	}
 	fi, err := os.Stat(dir)
 	if err != nil {
-		return fmt.Errorf("control socket: %w", err)
+		return fmt.Errorf("state directory: %w", err)
 	}
 	if !fi.IsDir() {
-		return fmt.Errorf("control socket: %s is not a directory", dir)
+		return fmt.Errorf("state directory: %s is not a directory", dir)
 	}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Getuid() {
-		return fmt.Errorf("control socket: %s belongs to uid %d, not to this user (uid %d)", dir, st.Uid, os.Getuid())
+		return fmt.Errorf("state directory: %s belongs to uid %d, not to this user (uid %d): use a directory of your own", dir, st.Uid, os.Getuid())
 	}
 	if fi.Mode().Perm()&0o077 != 0 {
 		if err := os.Chmod(dir, 0o700); err != nil {
-			return fmt.Errorf("control socket: tighten %s to 0700: %w", dir, err)
+			return fmt.Errorf("state directory: tighten %s to 0700: %w", dir, err)
 		}
 	}
 	return nil

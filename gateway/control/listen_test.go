@@ -320,3 +320,22 @@ func TestCheck(t *testing.T) {
 		})
 	}
 }
+
+// A state directory made by another user may hold symlinks or planted
+// files: it is refused before anything is created in it.
+func TestPrepareDirRefusesAnotherUsersDirectory(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to make a directory owned by another uid")
+	}
+	dir := t.TempDir()
+	if err := os.Chown(dir, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	err := PrepareDir(dir)
+	if err == nil || !strings.Contains(err.Error(), "belongs to uid 65534") {
+		t.Fatalf("PrepareDir on uid 65534's directory: err = %v", err)
+	}
+	if _, err := Listen(filepath.Join(dir, SocketName)); err == nil {
+		t.Fatal("Listen in another user's directory succeeded")
+	}
+}

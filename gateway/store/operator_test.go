@@ -6,6 +6,7 @@ package store
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
@@ -116,5 +117,24 @@ func TestDecideRecordsTheDecider(t *testing.T) {
 	evs, err := s.Events(ctx, 0, 10, "approval_approved")
 	if err != nil || len(evs) != 1 || evs[0].Detail != "approved by alice (uid 1000, pid 4242)" {
 		t.Errorf("approval_approved events = %+v, %v", evs, err)
+	}
+}
+
+func TestOpenRefusesSymlinks(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "elsewhere")
+	if err := os.WriteFile(target, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, link := range []string{"state.db", "other.db.lock"} {
+		if err := os.Symlink(target, filepath.Join(dir, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, path := range []string{filepath.Join(dir, "state.db"), filepath.Join(dir, "other.db")} {
+		if s, err := Open(path); err == nil {
+			s.Close()
+			t.Errorf("Open(%s) through a symbolic link succeeded", path)
+		}
 	}
 }

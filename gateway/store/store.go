@@ -122,7 +122,7 @@ var ErrLocked = errors.New("another bcpgw is using this state file")
 // is closed (or the process exits, however it exits). Two gateways on one
 // state file would each deliver its outbox.
 func lockFile(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("lock state: %w", err)
 	}
@@ -137,8 +137,9 @@ func lockFile(path string) (*os.File, error) {
 }
 
 func open(path string) (*Store, error) {
-	// Create the file ourselves so that its mode is 0600 from the start.
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	// Create the file ourselves so that its mode is 0600 from the start;
+	// never through a symbolic link.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open state: %w", err)
 	}
