@@ -92,13 +92,23 @@ review) waits in the approval queue for --approval-ttl.`,
 			defer stop()
 			srv := control.NewServer(control.ServerConfig{Backend: gw.Operator(), Logger: logger.Named("control"), Version: version()})
 			served := make(chan error, 1)
-			go func() { served <- srv.Serve(ctx, ln) }()
+			go func() {
+				err := srv.Serve(ctx, ln)
+				if err != nil {
+					logger.Error("the control socket stopped; stopping the gateway", "error", err)
+					stop()
+				}
+				served <- err
+			}()
 			logger.Info("gateway running", "agents", len(set.Agents), "dir", agentsDir, "state", stateDir, "control", ln.Path)
 			err = gw.Run(ctx)
 			stop()
 			err = errors.Join(err, <-served)
 			logger.Info("gateway stopped")
-			return err
+			if err != nil {
+				return &exitError{code: exitFailed, msg: err.Error()}
+			}
+			return nil
 		},
 	}
 	f := cmd.Flags()

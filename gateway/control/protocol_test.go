@@ -48,6 +48,8 @@ func TestProtocolErrors(t *testing.T) {
 		{"params as an array", `{"jsonrpc":"2.0","id":9,"method":"agents.start","params":["web"]}`, CodeInvalidParams, `9`},
 		{"params as a string", `{"jsonrpc":"2.0","id":10,"method":"approvals.get","params":"ap-1"}`, CodeInvalidParams, `10`},
 		{"params of the wrong type", `{"jsonrpc":"2.0","id":11,"method":"events.list","params":{"since":"yesterday"}}`, CodeInvalidParams, `11`},
+		{"a key given twice", `{"jsonrpc":"2.0","id":21,"method":"approvals.approve","params":{"id":"ap-1","sha256":"h","id":"ap-2"}}`, CodeInvalidParams, `21`},
+		{"a key in another case", `{"jsonrpc":"2.0","id":22,"method":"approvals.get","params":{"ID":"ap-1"}}`, CodeInvalidParams, `22`},
 		{"string id is echoed", `{"jsonrpc":"2.0","id":"x-1","method":"nope"}`, CodeMethodNotFound, `"x-1"`},
 	}
 	for _, tt := range tests {

@@ -10,8 +10,10 @@ import (
 	"net"
 	"os"
 	"os/user"
+	"reflect"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -115,12 +117,25 @@ func (s *Server) Serve(ctx context.Context, l *Listener) error {
 	stop := context.AfterFunc(ctx, func() { l.Close() })
 	defer stop()
 	var err error
+	var delay time.Duration // after a failed accept
 	for {
 		var c *net.UnixConn
 		c, err = l.ln.AcceptUnix()
 		if err != nil {
-			break
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				break
+			}
+			// Out of file descriptors, an aborted connection: the
+			// operator's socket must outlive them, as net/http's does.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			s.log.Error("control socket: accept failed; retrying", "error", err, "in", delay)
+			select {
+			case <-time.After(delay):
+			case <-ctx.Done():
+			}
+			continue
 		}
+		delay = 0
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
@@ -377,10 +392,50 @@ func decode(params json.RawMessage, v any) error {
 	if params[0] != '{' {
 		return Errorf(CodeInvalidParams, "params must be an object")
 	}
+	if err := checkKeys(params, v); err != nil {
+		return Errorf(CodeInvalidParams, "params: %v", err)
+	}
 	d := json.NewDecoder(bytes.NewReader(params))
 	d.DisallowUnknownFields()
 	if err := d.Decode(v); err != nil {
 		return Errorf(CodeInvalidParams, "params: %v", err)
+	}
+	return nil
+}
+
+// checkKeys refuses what encoding/json would let through: a key given
+// twice (which one counts?) and a key in another case than its field's
+// name ("ID" for "id").
+func checkKeys(params json.RawMessage, v any) error {
+	names := map[string]bool{}
+	t := reflect.TypeOf(v).Elem()
+	for i := range t.NumField() {
+		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name != "" {
+			names[name] = true
+		}
+	}
+	d := json.NewDecoder(bytes.NewReader(params))
+	if _, err := d.Token(); err != nil { // {
+		return err
+	}
+	seen := map[string]bool{}
+	for d.More() {
+		tok, err := d.Token()
+		if err != nil {
+			return err
+		}
+		key, _ := tok.(string)
+		switch {
+		case seen[key]:
+			return fmt.Errorf("%q given twice", key)
+		case !names[key]:
+			return fmt.Errorf("unknown field %q", key)
+		}
+		seen[key] = true
+		var skip json.RawMessage
+		if err := d.Decode(&skip); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -72,8 +72,9 @@ type Model struct {
 	conn    Conn
 	connErr error // why there is no connection
 	loaded  bool  // the first list has arrived
-	fetched int   // fetches started
-	applied int   // the latest fetch whose answer is shown
+	fetched  int  // fetches started; only the latest one's answer counts
+	fetching bool // a fetch is in flight
+	dirty    bool // a notification came during it: fetch again
 
 	items  []control.Approval // pending, oldest first
 	cursor int
@@ -164,9 +165,15 @@ func (m Model) dial() tea.Cmd {
 	}
 }
 
-// fetch asks for the pending items. Fetches may overlap (one per
-// notification); the answer of an older one is dropped.
+// fetch asks for the pending items: at most one request is in flight;
+// notifications that arrive meanwhile mark the list dirty, and one more
+// fetch follows. A burst of items costs two fetches, not one each.
 func (m *Model) fetch() tea.Cmd {
+	if m.fetching {
+		m.dirty = true
+		return nil
+	}
+	m.fetching, m.dirty = true, false
 	m.fetched++
 	conn, timeout, gen := m.conn, m.cfg.Timeout, m.fetched
 	return func() tea.Msg {
@@ -232,17 +239,18 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		}
 		return m.lost(msg.err)
 	case itemsMsg:
-		if msg.conn != m.conn {
-			return m, nil
+		if msg.conn != m.conn || msg.gen != m.fetched {
+			return m, nil // from a connection or fetch since replaced
 		}
+		m.fetching = false
 		if msg.err != nil {
 			return m.lost(msg.err)
 		}
-		if msg.gen < m.applied {
-			return m, nil
-		}
-		m.applied = msg.gen
 		m.setItems(msg.items)
+		if m.dirty {
+			fetch := m.fetch()
+			return m, fetch
+		}
 		return m, nil
 	case noticeMsg:
 		if msg.conn != m.conn {
@@ -268,7 +276,7 @@ func (m Model) lost(err error) (tea.Model, tea.Cmd) {
 	if m.conn != nil {
 		m.conn.Close()
 	}
-	m.conn, m.connErr, m.busy = nil, err, false
+	m.conn, m.connErr, m.busy, m.fetching, m.dirty = nil, err, false, false, false
 	if m.view == viewConfirm || m.view == viewReason {
 		m.view = viewDetail
 		m.reason.Blur()
