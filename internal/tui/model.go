@@ -69,12 +69,12 @@ type Model struct {
 	keys keyMap
 	st   styles
 
-	conn    Conn
-	connErr error // why there is no connection
-	loaded  bool  // the first list has arrived
-	fetched  int  // fetches started; only the latest one's answer counts
-	fetching bool // a fetch is in flight
-	dirty    bool // a notification came during it: fetch again
+	conn     Conn
+	connErr  error // why there is no connection
+	loaded   bool  // the first list has arrived
+	fetched  int   // fetches started; only the latest one's answer counts
+	fetching bool  // a fetch is in flight
+	dirty    bool  // a notification came during it: fetch again
 
 	items  []control.Approval // pending, oldest first
 	cursor int
