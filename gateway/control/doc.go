@@ -31,9 +31,9 @@
 //	-32003 hash_mismatch     the content shown is not the content stored
 //	-32004 expired           the item expired before the decision
 //	-32005 revoked           its channel or subscription is gone; the item was dropped
-//	-32006 not_running       the gateway is starting or stopping
+//	-32006 not_running       the gateway is still starting (decisions wait for its outbox)
 //	-32007 permission_denied the peer's uid may not use the socket
 //	-32008 agent_failed      the agent crashed too often
-//	-32009 unavailable       the gateway cannot do this now (see the message)
+//	-32009 unavailable       the gateway cannot do this now, or is shutting down (see the message)
 //	-32010 limit             too many subscriptions or connections
 package control
