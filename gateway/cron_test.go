@@ -98,13 +98,27 @@ func TestCronFiresAndSkipsWhilePending(t *testing.T) {
 	h.tick(t, 10*time.Second) // the first prompt is still pending: skipped
 	h.tick(t, 10*time.Second) // skipped again
 	cronWait(t, "two skips", func() bool { _, k := h.counts(); return k["cron_skipped"] == 2 })
-	h.release <- struct{}{}   // the first prompt is answered
-	h.tick(t, 10*time.Second) // fires again
-	cronWait(t, "the second prompt", func() bool { n, _ := h.counts(); return n == 2 })
+	h.release <- struct{}{} // the first prompt is answered
+	// The schedule is free again once the prompt's goroutine has
+	// finished, a moment after the answer: tick until it fires.
+	for i := 0; ; i++ {
+		_, before := h.counts()
+		h.tick(t, 10*time.Second)
+		cronWait(t, "the firing to be handled", func() bool {
+			n, k := h.counts()
+			return n == 2 || k["cron_skipped"] > before["cron_skipped"]
+		})
+		if n, _ := h.counts(); n == 2 {
+			break
+		}
+		if i == 20 {
+			t.Fatal("the schedule did not fire again after its prompt was answered")
+		}
+	}
 
 	n, kinds := h.counts()
-	if n != 2 || kinds["cron_fired"] != 2 || kinds["cron_skipped"] != 2 {
-		t.Errorf("prompts %d, events %v; want 2 prompts, 2 cron_fired, 2 cron_skipped", n, kinds)
+	if n != 2 || kinds["cron_fired"] != 2 || kinds["cron_skipped"] < 2 {
+		t.Errorf("prompts %d, events %v; want 2 prompts, 2 cron_fired, at least 2 cron_skipped", n, kinds)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
