@@ -27,12 +27,7 @@ type Decider struct {
 }
 
 // String is how a decider appears in events: "alice (uid 1000, pid 4242)".
-func (d Decider) String() string {
-	if d.PID == 0 {
-		return d.Name
-	}
-	return fmt.Sprintf("%s (uid %d, pid %d)", d.Name, d.UID, d.PID)
-}
+func (d Decider) String() string { return store.DeciderText(d.Name, d.UID, d.PID) }
 
 // selfName is the decider of the gateway's own decisions: expiry and
 // revocation.

@@ -43,16 +43,10 @@ func (o *Operator) Status(ctx context.Context) (control.Status, error) {
 	for _, a := range all {
 		st.Agents[string(a.State)]++
 	}
-	pending, err := o.g.cfg.Store.Approvals(ctx, store.ApprovalPending)
+	st.PendingApprovals, st.PendingDeliveries, err = o.g.cfg.Store.Backlog(ctx)
 	if err != nil {
 		return st, err
 	}
-	st.PendingApprovals = len(pending)
-	deliveries, err := o.g.cfg.Store.PendingDeliveries(ctx)
-	if err != nil {
-		return st, err
-	}
-	st.PendingDeliveries = len(deliveries)
 	st.LastEventSeq, err = o.g.cfg.Store.LastEventSeq(ctx)
 	return st, err
 }

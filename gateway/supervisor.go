@@ -206,14 +206,8 @@ func (sv *Supervisor) handle(ctx context.Context, all map[string]*agent, ev any)
 		case a.state == StateStarting:
 			a.stopOnStart = ev.reason // stopped once its start completes
 		}
-		if s := a.sess; s != nil && s != a.stopping {
-			a.stopping = s
-			sv.audit(a, "agent_stopped", ev.reason)
-			sv.wg.Add(1)
-			go func() {
-				defer sv.wg.Done()
-				_ = s.Stop(ctx, ev.reason)
-			}()
+		if a.sess != nil && a.sess != a.stopping {
+			sv.stopSession(ctx, a, ev.reason)
 		}
 		ev.reply <- nil
 	case resetReq:
@@ -244,13 +238,7 @@ func (sv *Supervisor) handle(ctx context.Context, all map[string]*agent, ev any)
 			sv.cfg.OnStarted(a.sess)
 		}
 		if why := a.stopOnStart; why != "" && len(a.waiters) == 0 {
-			a.stopOnStart, a.stopping = "", a.sess
-			sv.audit(a, "agent_stopped", why)
-			sv.wg.Add(1)
-			go func(s *Session) {
-				defer sv.wg.Done()
-				_ = s.Stop(ctx, why)
-			}(a.sess)
+			sv.stopSession(ctx, a, why)
 		}
 		a.stopOnStart = ""
 		for _, w := range a.waiters {
@@ -287,6 +275,19 @@ func (sv *Supervisor) handle(ctx context.Context, all map[string]*agent, ev any)
 			sv.start(ctx, a)
 		}
 	}
+}
+
+// stopSession stops a's session for an operator, in the background. The
+// session is marked stopping so that it is not handed out meanwhile.
+func (sv *Supervisor) stopSession(ctx context.Context, a *agent, why string) {
+	s := a.sess
+	a.stopping = s
+	sv.audit(a, "agent_stopped", why)
+	sv.wg.Add(1)
+	go func() {
+		defer sv.wg.Done()
+		_ = s.Stop(ctx, why)
+	}()
 }
 
 // ended reports whether s has ended (its end may not be handled yet).

@@ -15,8 +15,8 @@ import (
 // starts even when the gateway is not running, says so, and connects
 // when it comes up.
 func runApprovalsUI(cmd *cobra.Command, state string) error {
-	if state == "" {
-		return &exitError{code: exitUsage, msg: "--state is required (or set BCPGW_STATE); make run uses --state .bcpgw-state"}
+	if err := requireState(state); err != nil {
+		return err
 	}
 	path := filepath.Join(state, control.SocketName)
 	m := tui.New(tui.Config{

@@ -28,11 +28,19 @@ func stateFlag(cmd *cobra.Command, dst *string) {
 	cmd.Flags().StringVar(dst, "state", os.Getenv("BCPGW_STATE"), "state directory of the running gateway (env BCPGW_STATE)")
 }
 
+// requireState refuses a client command without a state directory.
+func requireState(state string) error {
+	if state == "" {
+		return &exitError{code: exitUsage, msg: "--state is required (or set BCPGW_STATE); make run uses --state .bcpgw-state"}
+	}
+	return nil
+}
+
 // dial connects to the gateway running on state. Errors are exitErrors
 // that tell the operator what to do.
 func dial(ctx context.Context, state string) (*control.Client, error) {
-	if state == "" {
-		return nil, &exitError{code: exitUsage, msg: "--state is required (or set BCPGW_STATE); make run uses --state .bcpgw-state"}
+	if err := requireState(state); err != nil {
+		return nil, err
 	}
 	cl, err := control.Dial(ctx, filepath.Join(state, control.SocketName))
 	if errors.Is(err, control.ErrNotRunning) {

@@ -226,7 +226,9 @@ func trustServer(c net.Conn) error {
 	if err != nil {
 		return fmt.Errorf("control socket: %w", err)
 	}
-	if self := os.Getuid(); p.UID != self && p.UID != 0 && self != 0 {
+	// The rule the server applies to clients, except that root may talk
+	// to any user's gateway.
+	if self := os.Getuid(); self != 0 && Authorize(p, self) != nil {
 		return fmt.Errorf("control socket %s is served by uid %d, not by this user (uid %d) or root: refusing to talk to it", uc.RemoteAddr(), p.UID, self)
 	}
 	return nil

@@ -133,6 +133,16 @@ type Decision struct {
 	At     time.Time
 }
 
+// DeciderText is how a decider appears in events and logs: "alice (uid
+// 1000, pid 4242)", or just the name when the pid is not known (the
+// gateway's own decisions).
+func DeciderText(name string, uid, pid int) string {
+	if pid == 0 {
+		return name
+	}
+	return fmt.Sprintf("%s (uid %d, pid %d)", name, uid, pid)
+}
+
 // Decide applies d to a pending item in one durable commit: the item's new
 // status, an approval_<status> event and, on approval, the delivery it
 // releases, which is returned. Exactly one decision is ever applied to an item: a second one
@@ -185,11 +195,7 @@ func (s *Store) Decide(ctx context.Context, d Decision) (*Approval, *Delivery, e
 				return err
 			}
 		}
-		by := d.By
-		if d.PID > 0 {
-			by = fmt.Sprintf("%s (uid %d, pid %d)", d.By, d.UID, d.PID)
-		}
-		detail := fmt.Sprintf("%s by %s", status, by)
+		detail := fmt.Sprintf("%s by %s", status, DeciderText(d.By, d.UID, d.PID))
 		if reason != "" {
 			detail += ": " + reason
 		}

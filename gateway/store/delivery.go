@@ -136,6 +136,18 @@ func (s *Store) PendingDeliveries(ctx context.Context) ([]Delivery, error) {
 	return s.deliveries(ctx, `WHERE state = 'pending' ORDER BY seq`)
 }
 
+// Backlog counts the pending approval items and the deliveries not yet
+// delivered or dropped, without reading them (both are indexed by state).
+func (s *Store) Backlog(ctx context.Context) (approvals, deliveries int, err error) {
+	err = s.rdb.QueryRowContext(ctx, `SELECT
+		(SELECT count(*) FROM approvals WHERE status = 'pending'),
+		(SELECT count(*) FROM deliveries WHERE state = 'pending')`).Scan(&approvals, &deliveries)
+	if err != nil {
+		return 0, 0, fmt.Errorf("count backlog: %w", err)
+	}
+	return approvals, deliveries, nil
+}
+
 // Delivery returns one delivery by id, or ErrNotFound.
 func (s *Store) Delivery(ctx context.Context, id string) (*Delivery, error) {
 	ds, err := s.deliveries(ctx, `WHERE id = ?`, id)

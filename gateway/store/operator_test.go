@@ -138,3 +138,46 @@ func TestOpenRefusesSymlinks(t *testing.T) {
 		}
 	}
 }
+
+func TestBacklogCountsPendingOnly(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	now := time.Now()
+	for i := range 3 {
+		d := &Delivery{Controller: "c", Reader: "r", Category: 1, Response: []byte(`{}`), CreatedAt: now}
+		if err := s.AddDelivery(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			s.FinishDelivery(d.ID, DeliveryDelivered, "", now)
+		}
+	}
+	for i := range 2 {
+		a := &Approval{Controller: "c", Reader: "r", Category: 3, Response: []byte(`{"summary":"s"}`), CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+		a.SHA256 = ContentHash(a.Response)
+		if err := s.AddApproval(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			if _, _, err := s.Decide(ctx, Decision{ID: a.ID, Status: ApprovalRejected, By: "x", Reason: "no", At: now}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var approvals, deliveries int
+	checkBacklog := func() bool {
+		var err error
+		approvals, deliveries, err = s.Backlog(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return approvals == 1 && deliveries == 2
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !checkBacklog() && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond) // FinishDelivery commits asynchronously
+	}
+	if approvals != 1 || deliveries != 2 {
+		t.Errorf("Backlog = %d approvals, %d deliveries; want 1 and 2", approvals, deliveries)
+	}
+}

@@ -307,6 +307,15 @@ func (m *Model) setItems(items []control.Approval) {
 	}
 }
 
+// remove takes a decided item off the list at once, before the refetch
+// confirms it, keeping the cursor in range.
+func (m *Model) remove(id string) {
+	if i := m.indexOf(id); i >= 0 {
+		m.items = append(m.items[:i:i], m.items[i+1:]...)
+		m.cursor = min(m.cursor, max(len(m.items)-1, 0))
+	}
+}
+
 func (m Model) indexOf(id string) int {
 	for i, it := range m.items {
 		if it.ID == id {
@@ -326,10 +335,7 @@ func (m Model) decided(msg decidedMsg) (tea.Model, tea.Cmd) {
 			// The item is no longer pending: back to the list, keeping
 			// the gateway's account of what happened to it.
 			m.view = viewList
-			if i := m.indexOf(msg.item.ID); i >= 0 {
-				m.items = append(m.items[:i:i], m.items[i+1:]...)
-				m.cursor = min(m.cursor, max(len(m.items)-1, 0))
-			}
+			m.remove(msg.item.ID)
 		}
 		if m.conn == nil {
 			return m, nil
@@ -343,10 +349,7 @@ func (m Model) decided(msg decidedMsg) (tea.Model, tea.Cmd) {
 	}
 	m.say(fmt.Sprintf("%s %s (Cat-%d from %s to %s).", verb, msg.item.ID, msg.item.Category, msg.item.Reader, msg.item.Controller), false)
 	m.view = viewList
-	if i := m.indexOf(msg.item.ID); i >= 0 {
-		m.items = append(m.items[:i:i], m.items[i+1:]...)
-		m.cursor = min(m.cursor, max(len(m.items)-1, 0))
-	}
+	m.remove(msg.item.ID)
 	if m.conn == nil {
 		return m, nil
 	}
