@@ -1,6 +1,8 @@
 package agents
 
 import (
+	"bytes"
+	"encoding/json"
 	"slices"
 	"strings"
 	"time"
@@ -62,6 +64,26 @@ type Definition struct {
 
 	lines  lineIndex
 	broken bool // loaded with errors; its peers skip the mirror checks
+}
+
+// Equal reports whether d and o define the same agent: every field an
+// operator wrote, whatever file or line it came from. Reload uses it to
+// tell changed definitions from untouched ones.
+func (d *Definition) Equal(o *Definition) bool {
+	if d == nil || o == nil {
+		return d == o
+	}
+	a, errA := d.fingerprint()
+	b, errB := o.fingerprint()
+	return errA == nil && errB == nil && bytes.Equal(a, b)
+}
+
+// fingerprint encodes the exported fields but File: JSON skips the
+// unexported ones (line numbers, error paths) and sorts map keys.
+func (d *Definition) fingerprint() ([]byte, error) {
+	c := *d
+	c.File = ""
+	return json.Marshal(&c)
 }
 
 // HasTool reports whether the definition lists tool (case-sensitive).

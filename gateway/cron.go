@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -24,6 +25,10 @@ import (
 // descriptors such as @hourly and @every 30s, an optional TZ= prefix), but
 // timed with the gateway's Clock, so tests advance time instead of
 // waiting for it.
+//
+// A reload hands the scheduler a new set (update): schedules that did not
+// change keep their timers and their pending prompt, new ones start, and
+// removed ones stop firing (a prompt of theirs already sent still runs).
 type scheduler struct {
 	clock Clock
 	log   hclog.Logger
@@ -31,6 +36,18 @@ type scheduler struct {
 	// prompt sends one firing's prompt and returns when the agent has
 	// answered it (or failed to).
 	prompt func(ctx context.Context, agent string, c agents.CronSchedule) error
+
+	mu      sync.Mutex // guards the fields below
+	ctx     context.Context
+	entries map[cronKey]*cronEntry
+	closed  bool           // wait was called: start nothing more
+	wg      sync.WaitGroup // loops and the prompts they sent
+}
+
+// cronKey identifies a schedule across reloads.
+type cronKey struct {
+	agent string
+	spec  agents.CronSchedule
 }
 
 // cronEntry is one schedule of one agent.
@@ -38,7 +55,8 @@ type cronEntry struct {
 	agent string
 	spec  agents.CronSchedule
 	sched cron.Schedule
-	busy  atomic.Bool // its last prompt is still queued or running
+	stop  context.CancelFunc // ends its loop
+	busy  atomic.Bool        // its last prompt is still queued or running
 }
 
 // name is how events and logs refer to the entry: its label, else its
@@ -50,39 +68,85 @@ func (e *cronEntry) name() string {
 	return e.spec.Schedule
 }
 
-// entries parses the schedules of set. The set was validated at load, so
-// a parse error here is logged and that schedule skipped.
-func (sc *scheduler) entries(set *agents.Set) []*cronEntry {
-	var out []*cronEntry
+// run fires the schedules of set until ctx ends, then waits for the
+// prompts it started.
+func (sc *scheduler) run(ctx context.Context, set *agents.Set) {
+	sc.start(ctx, set)
+	<-ctx.Done()
+	sc.wait()
+}
+
+// start begins firing the schedules of set until ctx ends.
+func (sc *scheduler) start(ctx context.Context, set *agents.Set) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	sc.ctx = ctx
+	sc.apply(set)
+}
+
+// update switches to the schedules of set and reports how many started
+// and stopped. Before start, or after wait, it does nothing.
+func (sc *scheduler) update(set *agents.Set) (added, removed int) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if sc.ctx == nil || sc.closed || sc.ctx.Err() != nil {
+		return 0, 0
+	}
+	return sc.apply(set)
+}
+
+// wait waits, once ctx has ended, for the loops and the prompts they sent.
+func (sc *scheduler) wait() {
+	sc.mu.Lock()
+	sc.closed = true
+	sc.mu.Unlock()
+	sc.wg.Wait()
+}
+
+// apply starts the schedules of set not yet running and stops those set
+// no longer has. The set was validated at load, so a parse error here is
+// logged and that schedule skipped. sc.mu is held.
+func (sc *scheduler) apply(set *agents.Set) (added, removed int) {
+	next := map[cronKey]*cronEntry{}
 	for _, d := range set.Agents {
 		for _, c := range d.CronSchedules {
+			k := cronKey{agent: d.Name, spec: c}
+			if e := sc.entries[k]; e != nil {
+				next[k] = e
+				continue
+			}
+			if next[k] != nil {
+				continue // the same schedule twice fires once
+			}
 			sched, err := cron.ParseStandard(c.Schedule)
 			if err != nil {
 				sc.log.Error("cron schedule does not parse; skipped", "agent", d.Name, "schedule", c.Schedule, "error", err)
 				continue
 			}
-			out = append(out, &cronEntry{agent: d.Name, spec: c, sched: sched})
+			e := &cronEntry{agent: d.Name, spec: c, sched: sched}
+			ctx, cancel := context.WithCancel(sc.ctx)
+			e.stop = cancel
+			next[k] = e
+			added++
+			sc.wg.Add(1)
+			go func() {
+				defer sc.wg.Done()
+				sc.loop(ctx, e)
+			}()
 		}
 	}
-	return out
-}
-
-// run fires the schedules of set until ctx ends, then waits for the
-// prompts it started.
-func (sc *scheduler) run(ctx context.Context, set *agents.Set) {
-	var wg sync.WaitGroup
-	for _, e := range sc.entries(set) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sc.loop(ctx, e, &wg)
-		}()
+	for k, e := range sc.entries {
+		if next[k] == nil {
+			e.stop()
+			removed++
+		}
 	}
-	wg.Wait()
+	sc.entries = next
+	return added, removed
 }
 
 // loop waits for each firing time of e in turn and fires.
-func (sc *scheduler) loop(ctx context.Context, e *cronEntry, wg *sync.WaitGroup) {
+func (sc *scheduler) loop(ctx context.Context, e *cronEntry) {
 	for {
 		now := sc.clock.Now()
 		next := e.sched.Next(now)
@@ -96,12 +160,15 @@ func (sc *scheduler) loop(ctx context.Context, e *cronEntry, wg *sync.WaitGroup)
 			t.Stop()
 			return
 		}
-		sc.fire(ctx, e, wg)
+		sc.fire(e)
 	}
 }
 
-// fire sends e's prompt unless the previous one is still pending.
-func (sc *scheduler) fire(ctx context.Context, e *cronEntry, wg *sync.WaitGroup) {
+// fire sends e's prompt unless the previous one is still pending. The
+// prompt lives as long as the scheduler, not the entry: a reload that
+// removes the schedule does not cut short a prompt already sent.
+func (sc *scheduler) fire(e *cronEntry) {
+	ctx := sc.ctx // set before any loop started; never changed
 	ev := store.Event{Time: sc.clock.Now(), Agent: e.agent, Ref: e.name()}
 	if !e.busy.CompareAndSwap(false, true) {
 		ev.Kind, ev.Detail = "cron_skipped", fmt.Sprintf("%s: the previous prompt of this schedule is still pending", e.name())
@@ -110,9 +177,9 @@ func (sc *scheduler) fire(ctx context.Context, e *cronEntry, wg *sync.WaitGroup)
 	}
 	ev.Kind, ev.Detail = "cron_fired", fmt.Sprintf("%s: %s", e.name(), e.spec.Schedule)
 	sc.event(ev)
-	wg.Add(1)
+	sc.wg.Add(1) // the loop calling fire is counted: never from zero
 	go func() {
-		defer wg.Done()
+		defer sc.wg.Done()
 		defer e.busy.Store(false)
 		if err := sc.prompt(ctx, e.agent, e.spec); err != nil && ctx.Err() == nil {
 			sc.log.Warn("cron prompt failed", "agent", e.agent, "schedule", e.name(), "error", err)
@@ -125,17 +192,26 @@ func (sc *scheduler) fire(ctx context.Context, e *cronEntry, wg *sync.WaitGroup)
 // cronPrompt sends a schedule's message to agent as a prompt turn and
 // waits for the runtime's result.
 func (g *Gateway) cronPrompt(ctx context.Context, agent string, c agents.CronSchedule) error {
-	sess, err := g.sv.Ensure(ctx, agent)
-	if err != nil {
-		return err
-	}
 	meta := map[string]any{"source": "cron", "schedule": c.Schedule}
 	if c.Label != "" {
 		meta["label"] = c.Label
 	}
-	done, err := sess.Turn(ctx, runtime.Prompt{Type: runtime.TypePrompt, Content: c.Message, Metadata: meta})
-	if err != nil {
-		return err
+	msg := runtime.Prompt{Type: runtime.TypePrompt, Content: c.Message, Metadata: meta}
+	var done <-chan error
+	// A session being replaced after a reload takes no new turns: the
+	// prompt goes to the next one. It was never sent, so it is sent once.
+	for attempt := 0; ; attempt++ {
+		sess, err := g.sv.Ensure(ctx, agent)
+		if err != nil {
+			return err
+		}
+		done, err = sess.Turn(ctx, msg)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrSessionClosed) || attempt == 2 {
+			return err
+		}
 	}
 	select {
 	case err := <-done:

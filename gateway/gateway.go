@@ -43,8 +43,12 @@ type Config struct {
 	// Default DefaultExpiryCheck.
 	ExpiryCheck time.Duration
 	// Session is the template of every session (timeouts, limits);
-	// OnMessage is the gateway's own and is ignored here.
+	// OnMessage and Holds are the gateway's own and are ignored here.
 	Session SessionConfig
+	// Watch reloads the definitions when files in their directory change
+	// (see WatchDefinitions), after WatchDebounce of quiet.
+	Watch         bool
+	WatchDebounce time.Duration
 }
 
 // Gateway routes BCP traffic between the sessions of one set of agents:
@@ -57,7 +61,10 @@ type Gateway struct {
 	log   hclog.Logger
 	audit Auditor
 	sv    *Supervisor
-	set   atomic.Pointer[agents.Set]
+	set   atomic.Pointer[agents.Set] // the definitions in force
+	sched *scheduler
+
+	reloadMu sync.Mutex // one reload at a time
 
 	mu      sync.Mutex // guards the fields below
 	budgets *budgets
@@ -107,8 +114,13 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	g.set.Store(cfg.Set)
 	g.outbox = &outbox{g: g, couriers: map[string]*courier{}}
+	g.sched = &scheduler{clock: cfg.Clock, log: g.log.Named("cron"), event: g.event, prompt: g.cronPrompt}
 	sc := cfg.Session
 	sc.OnMessage = g.onMessage
+	sc.Holds = func(agent, tool string) bool {
+		d := g.set.Load().Agent(agent)
+		return d != nil && d.HasTool(tool)
+	}
 	g.sv = NewSupervisor(SupervisorConfig{
 		Set: cfg.Set, Logger: cfg.Logger, Auditor: g.audit, Clock: cfg.Clock, Session: sc,
 		OnStarted: func(s *Session) {
@@ -140,11 +152,20 @@ func (g *Gateway) Run(ctx context.Context) error {
 	for _, d := range pending {
 		g.outbox.enqueue(d)
 	}
+	g.sched.start(ctx, g.set.Load())
 	close(g.running)
 	g.spawn(func() { g.expireLoop(ctx) })
-	sc := &scheduler{clock: g.cfg.Clock, log: g.log.Named("cron"), event: g.event, prompt: g.cronPrompt}
-	set := g.set.Load()
-	g.spawn(func() { sc.run(ctx, set) })
+	g.spawn(func() {
+		<-ctx.Done()
+		g.sched.wait()
+	})
+	if g.cfg.Watch {
+		g.spawn(func() {
+			if err := g.WatchDefinitions(ctx, g.cfg.WatchDebounce); err != nil {
+				g.log.Error("definitions are not watched: reload with SIGHUP or bcpgw reload", "error", err)
+			}
+		})
+	}
 	err = g.sv.Run(ctx)
 	cancel()
 	g.goMu.Lock()

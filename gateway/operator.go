@@ -252,8 +252,15 @@ func (o *Operator) EventsChanged() <-chan struct{} { return o.g.cfg.Store.Events
 
 // Reload implements control.Backend.
 func (o *Operator) Reload(ctx context.Context, by control.Peer) (control.ReloadResult, error) {
-	return control.ReloadResult{}, control.Errorf(control.CodeUnavailable,
-		"this gateway does not reload definitions yet: restart it to load changed definitions")
+	r, err := o.g.Reload(ctx, decider(by).String())
+	var de *DefinitionsError
+	if errors.As(err, &de) {
+		return control.ReloadResult{}, control.Errorf(control.CodeInvalidDefs, "%v", err)
+	}
+	if err != nil {
+		return control.ReloadResult{}, err
+	}
+	return control.ReloadResult{Changed: r.Changed(), Agents: r.Agents, Summary: r.Summary()}, nil
 }
 
 // Refused implements control.Backend.

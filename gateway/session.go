@@ -53,7 +53,14 @@ type SessionConfig struct {
 	Def *agents.Definition
 	// Subscriptions are announced (bcp_subscriptions_active) right after
 	// ready when the agent holds BCPPublish and there is at least one.
+	// Announce replaces them later.
 	Subscriptions []runtime.ActiveSubscription
+	// Holds, if set, reports whether the agent still holds tool under the
+	// definitions in force now. A session may use a BCP tool only while
+	// both its own definition (what it was started with) and the current
+	// one grant it, so a reload that takes a tool away takes it from
+	// running sessions at once.
+	Holds func(agent, tool string) bool
 	// Logger receives the session's own log lines and the runtime's
 	// stderr, under a sub-logger named after the agent. Default: discard.
 	Logger hclog.Logger
@@ -158,6 +165,7 @@ type Session struct {
 	work   chan turn   // prompts, queries and deliveries, in order
 	sends  chan any    // messages sent right away (not turns)
 	stopCh chan string // stop requests, with a reason
+	idleCh chan string // stop-when-idle requests, with a reason
 	done   chan struct{}
 
 	ready    chan struct{} // closed when ready arrives
@@ -173,6 +181,12 @@ type Session struct {
 	replyMu    sync.Mutex
 	replies    []*PendingReply
 	replyReady chan struct{}
+
+	// announced holds the subscriptions to announce next (set by
+	// Announce); annReady wakes run to send them.
+	annMu     sync.Mutex
+	announced *[]runtime.ActiveSubscription
+	annReady  chan struct{}
 }
 
 // turn is one unit of work that ends with the runtime's result.
@@ -198,10 +212,12 @@ func StartSession(ctx context.Context, cfg SessionConfig) (*Session, error) {
 		work:   make(chan turn),
 		sends:  make(chan any),
 		stopCh: make(chan string, 1),
+		idleCh: make(chan string, 1),
 		done:   make(chan struct{}),
 		ready:  make(chan struct{}),
 
 		replyReady: make(chan struct{}, 1),
+		annReady:   make(chan struct{}, 1),
 	}
 	fail := func(err error) (*Session, error) { return nil, fmt.Errorf("start %s: %w", def.Name, err) }
 	env, err := runtimeEnv(def, cfg.LookupEnv)
@@ -450,6 +466,32 @@ func (s *Session) Stop(ctx context.Context, reason string) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// StopWhenIdle asks the session to end gracefully once the turn in
+// progress and the turns already queued are done. From now on it takes
+// no new turns: Turn waits until the session has ended and then answers
+// ErrSessionClosed, so work goes to the next session. It never blocks;
+// only the first reason counts.
+func (s *Session) StopWhenIdle(reason string) {
+	select {
+	case s.idleCh <- reason:
+	default: // a stop is already pending
+	}
+}
+
+// Announce replaces the subscriptions announced to the runtime: it is
+// sent a fresh bcp_subscriptions_active with subs (possibly empty: every
+// subscription was revoked) if it holds BCPPublish. It never blocks; when
+// called again before the runtime was told, only the latest list is sent.
+func (s *Session) Announce(subs []runtime.ActiveSubscription) {
+	s.annMu.Lock()
+	s.announced = &subs
+	s.annMu.Unlock()
+	select {
+	case s.annReady <- struct{}{}:
+	default: // run is already woken
 	}
 }
 

@@ -31,6 +31,7 @@ type loop struct {
 	queue    []turn // turns waiting
 	phase    stopPhase
 	stopWhy  string // why the gateway stopped it (for the exit error)
+	idleStop string // stop once idle, for this reason (StopWhenIdle)
 	asked    bool   // the stop was requested (not a crash)
 	timer    Timer  // ready, idle or stop-phase timer
 	flood    *bucket
@@ -63,6 +64,15 @@ func (s *Session) run(lines <-chan lineEvent, exited <-chan error) {
 			}
 		case why := <-s.stopCh:
 			s.beginStop(l, why, true)
+		case why := <-s.idleCh:
+			l.idleStop = why
+			if l.ready {
+				s.dispatch(l)
+			}
+		case <-s.annReady:
+			if l.ready && l.phase == running {
+				s.reannounce()
+			}
 		case <-l.timer.C():
 			s.timeout(l)
 		case exitErr = <-exited:
@@ -72,10 +82,10 @@ func (s *Session) run(lines <-chan lineEvent, exited <-chan error) {
 	}
 }
 
-// workIfReady accepts turns only once the runtime is ready; until then
-// submitters wait.
+// workIfReady accepts turns only once the runtime is ready and until it
+// is to stop once idle; meanwhile submitters wait.
 func (s *Session) workIfReady(l *loop) chan turn {
-	if l.ready && l.phase == running {
+	if l.ready && l.phase == running && l.idleStop == "" {
 		return s.work
 	}
 	return nil
@@ -97,6 +107,10 @@ func (s *Session) dispatch(l *loop) {
 		return
 	}
 	if len(l.queue) == 0 {
+		if l.idleStop != "" {
+			s.beginStop(l, l.idleStop, true)
+			return
+		}
 		s.resetTimer(l, s.cfg.Def.IdleTimeout)
 		return
 	}
@@ -264,7 +278,7 @@ func (s *Session) handleLine(l *loop, ev lineEvent) {
 			s.refuse(bcp.ProtocolError, err.Error(), env.Raw)
 			return
 		}
-		if !s.cfg.Def.HasTool(agents.ToolQuery) {
+		if !s.holds(agents.ToolQuery) {
 			// Answered the way a refused query is, so the runtime's
 			// waiting call ends; and audited.
 			reason := bcp.Errorf(bcp.ToolNotAllowed, "Agent '%s' does not have the %s tool", s.name, agents.ToolQuery).Error()
@@ -287,7 +301,7 @@ func (s *Session) handleLine(l *loop, ev lineEvent) {
 		case r.SubscriptionID != "":
 			tool = agents.ToolPublish
 		}
-		if !s.cfg.Def.HasTool(tool) {
+		if !s.holds(tool) {
 			detail := bcp.Errorf(bcp.ToolNotAllowed, "Agent '%s' does not have the %s tool", s.name, tool).Error()
 			s.audit("refused", bcp.ToolNotAllowed, detail, env.Raw)
 			s.Reply(runtime.ValidationResult{Type: runtime.TypeValidationResult, QueryID: r.QueryID, SubscriptionID: r.SubscriptionID, Detail: detail})
@@ -324,12 +338,50 @@ func (s *Session) auditOnly(env runtime.Envelope) {
 	s.audit("runtime_"+env.Type, "", "", env.Raw)
 }
 
-// announce tells a Reader its subscriptions, if it may publish.
+// holds reports whether the session may use tool: its own definition and
+// the one in force now must both grant it.
+func (s *Session) holds(tool string) bool {
+	return s.cfg.Def.HasTool(tool) && (s.cfg.Holds == nil || s.cfg.Holds(s.name, tool))
+}
+
+// announce tells a Reader its subscriptions after ready, if it may
+// publish: the latest list given to Announce, else the one it started with.
 func (s *Session) announce() {
-	if len(s.cfg.Subscriptions) == 0 || !s.cfg.Def.HasTool(agents.ToolPublish) {
+	subs, fresh := s.takeAnnounced()
+	if !fresh {
+		subs = s.cfg.Subscriptions
+	}
+	if len(subs) == 0 || !s.cfg.Def.HasTool(agents.ToolPublish) {
 		return
 	}
-	_ = s.send(runtime.SubscriptionsActive{Type: runtime.TypeSubscriptionsActive, Subscriptions: s.cfg.Subscriptions})
+	_ = s.send(runtime.SubscriptionsActive{Type: runtime.TypeSubscriptionsActive, Subscriptions: subs})
+}
+
+// reannounce sends the list given to Announce, even an empty one: a
+// Reader told its subscriptions must also hear that they are gone.
+func (s *Session) reannounce() {
+	subs, fresh := s.takeAnnounced()
+	if !fresh || !s.cfg.Def.HasTool(agents.ToolPublish) {
+		return
+	}
+	if subs == nil {
+		subs = []runtime.ActiveSubscription{}
+	}
+	s.audit("subscriptions_announced", "", fmt.Sprintf("%d active after a definition reload", len(subs)), nil)
+	_ = s.send(runtime.SubscriptionsActive{Type: runtime.TypeSubscriptionsActive, Subscriptions: subs})
+}
+
+// takeAnnounced returns and clears the list given to Announce; fresh is
+// false if there is none.
+func (s *Session) takeAnnounced() (subs []runtime.ActiveSubscription, fresh bool) {
+	s.annMu.Lock()
+	defer s.annMu.Unlock()
+	if s.announced == nil {
+		return nil, false
+	}
+	subs = *s.announced
+	s.announced = nil
+	return subs, true
 }
 
 // stoppedTimer never fires.

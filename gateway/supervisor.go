@@ -68,6 +68,8 @@ type Supervisor struct {
 	log    hclog.Logger
 	events chan any
 	wg     sync.WaitGroup // session watchers and starters
+	// set is the definitions in force; Run owns it (Reload replaces it).
+	set *agents.Set
 }
 
 // agent is the supervisor's record of one agent; owned by Run.
@@ -85,6 +87,16 @@ type agent struct {
 	// while the session was starting: it is stopped as soon as it is up.
 	stopOnStart string
 	lastErr     error // why the last session ended or failed to start
+	// restart, when set, is why the agent's session is being replaced
+	// after a reload: once the current session (or the one starting) has
+	// ended, a new one is started with the new definition.
+	restart string
+	// removed: the agent is gone from the definitions. Its record lives
+	// until its last session has ended.
+	removed bool
+	// announced is what the running session was last told of its
+	// subscriptions.
+	announced []runtime.ActiveSubscription
 }
 
 // AgentStatus is what the supervisor knows of one agent.
@@ -120,6 +132,10 @@ type (
 		reason string
 		reply  chan error
 	}
+	reloadReq struct {
+		set   *agents.Set
+		reply chan Changes
+	}
 	startedEv struct {
 		name string
 		res  result
@@ -145,7 +161,7 @@ func NewSupervisor(cfg SupervisorConfig) *Supervisor {
 	if cfg.Clock == nil {
 		cfg.Clock = SystemClock{}
 	}
-	return &Supervisor{cfg: cfg, log: cfg.Logger, events: make(chan any)}
+	return &Supervisor{cfg: cfg, log: cfg.Logger, events: make(chan any), set: cfg.Set}
 }
 
 // Run starts the autostart agents and supervises until ctx ends, then
@@ -153,10 +169,10 @@ func NewSupervisor(cfg SupervisorConfig) *Supervisor {
 // returns.
 func (sv *Supervisor) Run(ctx context.Context) error {
 	agentsByName := map[string]*agent{}
-	for _, d := range sv.cfg.Set.Agents {
+	for _, d := range sv.set.Agents {
 		agentsByName[d.Name] = &agent{def: d, state: StateStopped}
 	}
-	for _, d := range sv.cfg.Set.Agents {
+	for _, d := range sv.set.Agents {
 		if d.Autostart {
 			sv.start(ctx, agentsByName[d.Name])
 		}
@@ -177,7 +193,7 @@ func (sv *Supervisor) handle(ctx context.Context, all map[string]*agent, ev any)
 	case ensureReq:
 		a := all[ev.name]
 		switch {
-		case a == nil:
+		case a == nil || a.removed:
 			ev.reply <- result{err: fmt.Errorf("no agent named %q: %w", ev.name, ErrNoAgent)}
 		case a.state == StateFailed:
 			ev.reply <- result{err: fmt.Errorf("%s: %w", ev.name, ErrAgentFailed)}
@@ -191,9 +207,11 @@ func (sv *Supervisor) handle(ctx context.Context, all map[string]*agent, ev any)
 		}
 	case stateReq:
 		ev.reply <- sv.statuses(all)
+	case reloadReq:
+		ev.reply <- sv.reload(ctx, all, ev.set)
 	case stopReq:
 		a := all[ev.name]
-		if a == nil {
+		if a == nil || a.removed {
 			ev.reply <- fmt.Errorf("no agent named %q: %w", ev.name, ErrNoAgent)
 			return
 		}
@@ -212,7 +230,7 @@ func (sv *Supervisor) handle(ctx context.Context, all map[string]*agent, ev any)
 		ev.reply <- nil
 	case resetReq:
 		a := all[ev.name]
-		if a == nil {
+		if a == nil || a.removed {
 			ev.reply <- fmt.Errorf("no agent named %q: %w", ev.name, ErrNoAgent)
 			return
 		}
@@ -228,23 +246,39 @@ func (sv *Supervisor) handle(ctx context.Context, all map[string]*agent, ev any)
 	case startedEv:
 		a := all[ev.name]
 		if ev.res.err != nil {
+			if a.removed {
+				delete(all, ev.name)
+				return
+			}
 			a.lastErr, a.stopOnStart = ev.res.err, ""
 			sv.log.Error("agent start failed", "agent", a.def.Name, "error", ev.res.err)
 			sv.crashed(ctx, a, ev.res.err)
 			return
 		}
 		a.sess, a.state = ev.res.sess, StateRunning
+		a.announced = ev.res.sess.cfg.Subscriptions
 		if sv.cfg.OnStarted != nil {
 			sv.cfg.OnStarted(a.sess)
 		}
-		if why := a.stopOnStart; why != "" && len(a.waiters) == 0 {
+		// Started under definitions since replaced: bring its
+		// subscriptions up to date now, and replace it once idle.
+		sv.announce(a)
+		handOut := true
+		switch why := a.stopOnStart; {
+		case a.restart != "" || a.removed:
+			// Waiters get the next session, started once this one ends.
+			sv.retire(a)
+			handOut = false
+		case why != "" && len(a.waiters) == 0:
 			sv.stopSession(ctx, a, why)
 		}
 		a.stopOnStart = ""
-		for _, w := range a.waiters {
-			w <- result{sess: a.sess}
+		if handOut {
+			for _, w := range a.waiters {
+				w <- result{sess: a.sess}
+			}
+			a.waiters = nil
 		}
-		a.waiters = nil
 		sv.wg.Add(1)
 		go func(s *Session) {
 			defer sv.wg.Done()
@@ -259,18 +293,27 @@ func (sv *Supervisor) handle(ctx context.Context, all map[string]*agent, ev any)
 		if a.sess != ev.sess {
 			return
 		}
-		a.sess, a.stopping = nil, nil
+		a.sess, a.stopping, a.announced = nil, nil, nil
+		if a.removed {
+			delete(all, ev.name)
+			return
+		}
+		restart := a.restart != "" && !a.held
+		a.restart = ""
 		if err := ev.sess.Err(); err != nil {
 			a.lastErr = err
 			sv.crashed(ctx, a, err)
 			return
 		}
 		a.state, a.attempt = StateStopped, 0
-		if (a.def.Autostart && !a.held) || len(a.waiters) > 0 {
+		if (a.def.Autostart && !a.held) || len(a.waiters) > 0 || restart {
 			sv.start(ctx, a)
 		}
 	case retryEv:
 		a := all[ev.name]
+		if a == nil || a.removed {
+			return
+		}
 		if a.state == StateBackoff && ev.gen == a.timerGen && (!a.held || len(a.waiters) > 0) {
 			sv.start(ctx, a)
 		}
@@ -307,7 +350,7 @@ func (sv *Supervisor) start(ctx context.Context, a *agent) {
 	cfg := sv.cfg.Session
 	cfg.Def = a.def
 	cfg.Logger, cfg.Auditor, cfg.Clock = sv.cfg.Logger, sv.cfg.Auditor, sv.cfg.Clock
-	cfg.Subscriptions = Announcements(sv.cfg.Set, a.def.Name)
+	cfg.Subscriptions = Announcements(sv.set, a.def.Name)
 	if a.def.Autostart {
 		// Kept running: an idle stop would only be followed by a restart.
 		d := *a.def
@@ -469,7 +512,7 @@ func (sv *Supervisor) Agents(ctx context.Context) ([]AgentStatus, error) {
 func (sv *Supervisor) statuses(all map[string]*agent) []AgentStatus {
 	out := make([]AgentStatus, 0, len(all))
 	now := sv.cfg.Clock.Now()
-	for _, d := range sv.cfg.Set.Agents {
+	for _, d := range sv.set.Agents {
 		a := all[d.Name]
 		st := AgentStatus{Name: d.Name, State: a.state, Held: a.held}
 		for _, t := range a.crashes {

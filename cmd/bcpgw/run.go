@@ -23,6 +23,7 @@ import (
 func newRunCmd() *cobra.Command {
 	var agentsDir, stateDir, logFormat, logLevel string
 	var approvalTTL, queryTimeout time.Duration
+	var watch bool
 	cmd := &cobra.Command{
 		Use:   "run --agents DIR --state DIR",
 		Short: "Run the gateway in the foreground",
@@ -40,7 +41,12 @@ again on the next run with the same state directory.
 Publishes and query answers are validated and charged to the budgets of
 PROTOCOL.md section 6; Cat-1 and Cat-2 data is delivered to the
 Controller as its next turn, Cat-3 data (and Cat-2 data flagged for
-review) waits in the approval queue for --approval-ttl.`,
+review) waits in the approval queue for --approval-ttl.
+
+Changed definitions are loaded without a restart on SIGHUP, on bcpgw
+reload, and (unless --watch=false) when a .md file in --agents changes. A
+set with errors is refused as a whole and the running one stays in force
+(see bcpgw reload).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {
@@ -84,7 +90,7 @@ review) waits in the approval queue for --approval-ttl.`,
 				return &exitError{code: exitFailed, msg: err.Error()}
 			}
 			defer ln.Close()
-			gw, err := gateway.New(gateway.Config{Set: set, Store: st, Logger: logger, ApprovalTTL: approvalTTL, QueryTimeout: queryTimeout})
+			gw, err := gateway.New(gateway.Config{Set: set, Store: st, Logger: logger, ApprovalTTL: approvalTTL, QueryTimeout: queryTimeout, Watch: watch})
 			if err != nil {
 				return err
 			}
@@ -100,9 +106,11 @@ review) waits in the approval queue for --approval-ttl.`,
 				}
 				served <- err
 			}()
+			hupDone := reloadOnSIGHUP(ctx, gw, logger)
 			logger.Info("gateway running", "agents", len(set.Agents), "dir", agentsDir, "state", stateDir, "control", ln.Path)
 			err = gw.Run(ctx)
 			stop()
+			<-hupDone
 			err = errors.Join(err, <-served)
 			logger.Info("gateway stopped")
 			if err != nil {
@@ -116,6 +124,7 @@ review) waits in the approval queue for --approval-ttl.`,
 	f.StringVar(&stateDir, "state", os.Getenv("BCPGW_STATE"), "state directory (env BCPGW_STATE)")
 	f.DurationVar(&approvalTTL, "approval-ttl", gateway.DefaultApprovalTTL, "how long an approval item waits for a decision before it expires")
 	f.DurationVar(&queryTimeout, "query-timeout", gateway.DefaultQueryTimeout, "how long a Reader has to answer a query")
+	f.BoolVar(&watch, "watch", true, "reload the definitions when a .md file in --agents changes")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	return cmd
@@ -132,4 +141,30 @@ func newLogger(w io.Writer, format, level string) (hclog.Logger, error) {
 	return hclog.New(&hclog.LoggerOptions{
 		Name: "bcpgw", Level: lvl, Output: w, JSONFormat: format == "json",
 	}), nil
+}
+
+// reloadOnSIGHUP reloads the definitions on each SIGHUP until ctx ends;
+// the returned channel is closed once it has stopped listening. A refused
+// reload is logged and evented by the gateway; the process goes on.
+func reloadOnSIGHUP(ctx context.Context, gw *gateway.Gateway, logger hclog.Logger) <-chan struct{} {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				logger.Info("SIGHUP: reloading the definitions")
+				var de *gateway.DefinitionsError
+				if _, err := gw.Reload(ctx, "SIGHUP"); err != nil && !errors.As(err, &de) && ctx.Err() == nil {
+					logger.Error("reload failed", "error", err)
+				}
+			}
+		}
+	}()
+	return done
 }

@@ -36,4 +36,5 @@
 //	-32008 agent_failed      the agent crashed too often
 //	-32009 unavailable       the gateway cannot do this now, or is shutting down (see the message)
 //	-32010 limit             too many subscriptions or connections
+//	-32011 definitions_invalid  reload: the definitions do not load; the running set stays in force
 package control

@@ -35,6 +35,7 @@ const (
 	CodeAgentFailed    = -32008 // the agent crashed too often; start it again after fixing the cause
 	CodeUnavailable    = -32009 // the gateway cannot do this now, or is shutting down
 	CodeLimit          = -32010 // too many subscriptions or connections
+	CodeInvalidDefs    = -32011 // reload: the definitions do not load; the running set stays
 )
 
 // reasons names the codes.
@@ -44,6 +45,7 @@ var reasons = map[int]string{
 	CodeNotFound: "not_found", CodeAlreadyDecided: "already_decided", CodeHashMismatch: "hash_mismatch",
 	CodeExpired: "expired", CodeRevoked: "revoked", CodeNotRunning: "not_running", CodePermission: "permission_denied",
 	CodeAgentFailed: "agent_failed", CodeUnavailable: "unavailable", CodeLimit: "limit",
+	CodeInvalidDefs: "definitions_invalid",
 }
 
 // Errorf returns an *Error with the code, its reason and a message.
