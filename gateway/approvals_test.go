@@ -3,15 +3,13 @@ package gateway
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/bcp"
 	"github.com/bcpgw/bcpgw/gateway/store"
 )
@@ -612,36 +610,18 @@ func TestApprovalRevokedSubscriptionIsDroppedAtDecision(t *testing.T) {
 	e.prompt("researcher", "go")
 	item := e.pendingApprovals(1)[0]
 
-	// Simulate a reload: the same definitions without the digest
-	// subscription, loaded from another directory.
-	dir := t.TempDir()
-	for _, name := range []string{"main.md", "researcher.md"} {
-		b, err := os.ReadFile(filepath.Join(e.dir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := string(b)
-		if name == "main.md" {
-			if !strings.Contains(s, digestBlock) {
-				t.Fatalf("main.md has no digest block:\n%s", s)
-			}
-			s = strings.Replace(s, digestBlock, "", 1)
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(s), 0o600); err != nil {
-			t.Fatal(err)
-		}
+	// A reload removes the digest subscription and keeps the channel.
+	e.edit("main", replace(t, digestBlock, ""))
+	if r := e.reload(); !slices.Equal(r.Updated, []string{"main"}) {
+		t.Fatalf("reload = %+v, want main updated", r)
 	}
-	set, err := agents.LoadDir(dir)
-	if err != nil {
-		t.Fatalf("reloaded definitions: %v", err)
-	}
+	set := e.gw.set.Load()
 	if set.Subscription("main", "researcher", "digest") != nil || set.Link("main", "researcher") == nil {
 		t.Fatal("the reloaded set should keep the channel and lose the digest subscription")
 	}
-	e.gw.set.Store(set)
 
 	ctx := testCtx(t)
-	_, err = e.gw.Approve(ctx, item.ID, item.SHA256, tester, "ok")
+	_, err := e.gw.Approve(ctx, item.ID, item.SHA256, tester, "ok")
 	if !errors.Is(err, ErrRevoked) {
 		t.Fatalf("Approve of a revoked item: err = %v, want ErrRevoked", err)
 	}

@@ -61,10 +61,20 @@ func fakeRuntime(mode string) int {
 		fmt.Fprintln(os.Stderr, "[DEBUG] fake runtime up")
 		err := runtime.Run(context.Background(), os.Stdin, os.Stdout, runtime.Handler{
 			Subscriptions: func(_ context.Context, _ *runtime.Client, subs []runtime.ActiveSubscription) {
-				fmt.Fprintf(os.Stderr, "[INFO] subscriptions %d %s\n", len(subs), subs[0].SubscriptionID)
+				ids := make([]string, 0, len(subs))
+				for _, s := range subs {
+					ids = append(ids, s.SubscriptionID)
+				}
+				fmt.Fprintf(os.Stderr, "[INFO] subscriptions %d %s\n", len(subs), strings.Join(ids, ","))
 			},
-			Prompt: func(_ context.Context, _ *runtime.Client, p runtime.Prompt) error {
+			Prompt: func(ctx context.Context, c *runtime.Client, p runtime.Prompt) error {
 				switch p.Content {
+				case "publish":
+					r, err := c.Publish(ctx, "research-alerts", "main", []byte(`{"has_breaking_news": true}`))
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(os.Stderr, "[INFO] verdict %s\n", r.Detail)
 				case "env":
 					env := os.Environ()
 					sort.Strings(env)

@@ -95,13 +95,14 @@ func (g *Gateway) courier(ctx context.Context, c *courier) {
 		if !ok {
 			return
 		}
-		if why := g.revoked(d.Controller, d.Reader, d.SubscriptionID, d.QueryID != ""); why != "" {
-			g.dropDelivery(c, d, "dropped_revoked", why)
-			continue
-		}
 		err := g.deliver(ctx, c, &d)
 		if ctx.Err() != nil {
 			return
+		}
+		var rev revokedError
+		if errors.As(err, &rev) {
+			g.dropDelivery(c, d, "dropped_revoked", string(rev))
+			continue
 		}
 		if err != nil {
 			c.mu.Lock()
@@ -149,6 +150,9 @@ func (g *Gateway) deliver(ctx context.Context, c *courier, d *store.Delivery) er
 	// The session of the last delivery is asked first: the supervisor is
 	// asked only when there is none or it has ended.
 	if c.sess == nil || ended(c.sess) {
+		if err := g.checkRevoked(d); err != nil {
+			return err // no session is started for it
+		}
 		sess, err := g.sv.Ensure(ctx, d.Controller)
 		if err != nil {
 			return err
@@ -156,6 +160,11 @@ func (g *Gateway) deliver(ctx context.Context, c *courier, d *store.Delivery) er
 		c.sess = sess
 	}
 	sess := c.sess
+	// Checked again right before the send: a reload may have come while
+	// the session started.
+	if err := g.checkRevoked(d); err != nil {
+		return err
+	}
 	msg := runtime.ResponseDelivery{
 		Type: runtime.TypeResponseDelivery, QueryID: d.QueryID, SubscriptionID: d.SubscriptionID,
 		Category: d.Category, FromAgent: d.Reader, Response: d.Response, BandwidthBits: d.Bits,
@@ -193,4 +202,18 @@ func (g *Gateway) sleep(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// revokedError is why a delivery may no longer be sent.
+type revokedError string
+
+func (e revokedError) Error() string { return "revoked: " + string(e) }
+
+// checkRevoked returns a revokedError if the current definitions no
+// longer allow d.
+func (g *Gateway) checkRevoked(d *store.Delivery) error {
+	if why := g.revoked(d.Controller, d.Reader, d.SubscriptionID, d.QueryID != ""); why != "" {
+		return revokedError(why)
+	}
+	return nil
 }

@@ -158,7 +158,8 @@ func (g *Gateway) cancelOrphanQueries(set *agents.Set) []string {
 
 // WatchDefinitions reloads the definitions whenever a *.md file in their
 // directory is created, written, renamed or removed, once the directory
-// has been quiet for debounce (DefaultWatchDebounce if <= 0). It returns
+// has been quiet for debounce (DefaultWatchDebounce if <= 0), or at the
+// latest ten debounces after the first change. It returns
 // when ctx ends, or at once if the directory cannot be watched. A change
 // to an invalid set is logged and evented, and the running set stays.
 func (g *Gateway) WatchDefinitions(ctx context.Context, debounce time.Duration) error {
@@ -175,11 +176,21 @@ func (g *Gateway) WatchDefinitions(ctx context.Context, debounce time.Duration) 
 		return fmt.Errorf("watch definitions in %s: %w", dir, err)
 	}
 	g.log.Debug("watching the definitions for changes", "dir", dir)
-	timer := time.NewTimer(0)
-	if !timer.Stop() {
-		<-timer.C
-	}
+	// Armed by the first change. Since Go 1.23 a stopped timer never
+	// delivers a stale tick, so Reset needs no draining. A directory that
+	// never stops changing is still reloaded every maxWait.
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
 	defer timer.Stop()
+	maxWait := 10 * debounce
+	var first time.Time // of the changes not yet reloaded; zero if none
+	arm := func() {
+		now := time.Now()
+		if first.IsZero() {
+			first = now
+		}
+		timer.Reset(min(debounce, first.Add(maxWait).Sub(now)))
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -191,16 +202,18 @@ func (g *Gateway) WatchDefinitions(ctx context.Context, debounce time.Duration) 
 			if !strings.EqualFold(filepath.Ext(ev.Name), ".md") || ev.Op == fsnotify.Chmod {
 				continue
 			}
-			timer.Reset(debounce) // wait until the writes settle
+			g.log.Debug("definitions changed", "file", ev.Name, "op", ev.Op.String())
+			arm() // wait until the writes settle
 		case err, ok := <-w.Errors:
 			if !ok {
 				return nil
 			}
 			g.log.Warn("watching the definitions", "dir", dir, "error", err)
 			if errors.Is(err, fsnotify.ErrEventOverflow) {
-				timer.Reset(debounce) // changes were missed: reload anyway
+				arm() // changes were missed: reload anyway
 			}
 		case <-timer.C:
+			first = time.Time{}
 			if _, err := g.Reload(ctx, "file change"); err != nil && ctx.Err() == nil {
 				var de *DefinitionsError
 				if !errors.As(err, &de) {

@@ -250,7 +250,9 @@ func (sv *Supervisor) handle(ctx context.Context, all map[string]*agent, ev any)
 				delete(all, ev.name)
 				return
 			}
-			a.lastErr, a.stopOnStart = ev.res.err, ""
+			// A restart asked for during this start is done: the next
+			// start uses the definition in force.
+			a.lastErr, a.stopOnStart, a.restart = ev.res.err, "", ""
 			sv.log.Error("agent start failed", "agent", a.def.Name, "error", ev.res.err)
 			sv.crashed(ctx, a, ev.res.err)
 			return

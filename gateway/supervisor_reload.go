@@ -125,10 +125,15 @@ func (sv *Supervisor) replace(ctx context.Context, a *agent, why string) {
 		if a.sess != a.stopping {
 			sv.retire(a)
 		}
+	case a.state == StateBackoff:
+		// Waiting out a crash: the new definition may be the fix, so it
+		// is tried now, on a fresh backoff.
+		a.timerGen++
+		a.attempt = 0
+		sv.start(ctx, a)
 	case a.state == StateStopped && a.def.Autostart && !a.held:
 		sv.start(ctx, a)
 	}
-	// StateBackoff: the pending retry starts the new definition.
 }
 
 // retire asks a's running session to end once idle and stops handing it

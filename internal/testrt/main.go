@@ -7,7 +7,8 @@
 //	                 per thing that happened (see record)
 //	TESTRT_PUBLISH   a JSON array of {subscription_id, controller, response,
 //	                 repeat}: published in order once subscriptions are
-//	                 announced, and again as the turn of every prompt
+//	                 first announced (each announcement is logged as
+//	                 "subscriptions", controller/id joined by commas), and again as the turn of every prompt
 //	                 "publish" (so an agent that is announced nothing can
 //	                 try too), each waiting for its verdict; "{i}" in a
 //	                 response is replaced by the publish's number
@@ -115,6 +116,7 @@ func main() {
 	delay, _ := time.ParseDuration(os.Getenv("TESTRT_DELAY"))
 	answerAll := os.Getenv("TESTRT_ANSWER_ALL") == "1"
 	var appliedMu sync.Mutex
+	announcements := 0 // Subscriptions calls; the SDK makes them one at a time
 
 	// publishAll publishes TESTRT_PUBLISH in order, each after the verdict
 	// on the one before.
@@ -134,8 +136,15 @@ func main() {
 	}
 
 	runtime.Main(runtime.Handler{
-		Subscriptions: func(ctx context.Context, c *runtime.Client, _ []runtime.ActiveSubscription) {
-			go publishAll(ctx, c)
+		Subscriptions: func(ctx context.Context, c *runtime.Client, subs []runtime.ActiveSubscription) {
+			ids := make([]string, 0, len(subs))
+			for _, s := range subs {
+				ids = append(ids, s.Controller+"/"+s.SubscriptionID)
+			}
+			log.write(record{Event: "subscriptions", Detail: strings.Join(ids, ",")})
+			if announcements++; announcements == 1 {
+				go publishAll(ctx, c)
+			}
 		},
 		Prompt: func(ctx context.Context, c *runtime.Client, p runtime.Prompt) error {
 			log.write(record{Event: "prompt", Prompt: p.Content})
