@@ -417,7 +417,9 @@ func TestSessionHoldsTakesAToolAwayAtOnce(t *testing.T) {
 	h := newHarness(t, "sdk", "BCPPublish")
 	var held atomic.Bool
 	held.Store(true)
-	h.cfg.Holds = func(agent, tool string) bool { return agent == "researcher" && tool == agents.ToolPublish && held.Load() }
+	h.cfg.Holds = func(agent, tool string) bool {
+		return agent == "researcher" && tool == agents.ToolPublish && held.Load()
+	}
 	h.cfg.OnMessage = func(s *Session, env runtime.Envelope) {
 		s.Reply(runtime.ValidationResult{Type: runtime.TypeValidationResult, SubscriptionID: "research-alerts", Success: true, Detail: "routed"})
 	}
