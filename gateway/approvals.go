@@ -174,6 +174,7 @@ func expiredError(a *store.Approval, ttl time.Duration) *bcp.Error {
 // (refusal nil means approved), and, for a refused answer, the Controller
 // that asked.
 func (g *Gateway) closeHeld(a *store.Approval, refusal *bcp.Error) {
+	g.metrics.decided(a, g.now())
 	g.mu.Lock()
 	h, ok := g.held[a.ID]
 	delete(g.held, a.ID)

@@ -49,6 +49,9 @@ type Config struct {
 	// (see WatchDefinitions), after WatchDebounce of quiet.
 	Watch         bool
 	WatchDebounce time.Duration
+	// Metrics, if set, records the gateway's Prometheus metrics (see
+	// NewMetrics).
+	Metrics *Metrics
 }
 
 // Gateway routes BCP traffic between the sessions of one set of agents:
@@ -62,7 +65,8 @@ type Gateway struct {
 	audit Auditor
 	sv    *Supervisor
 	set   atomic.Pointer[agents.Set] // the definitions in force
-	sched *scheduler
+	sched   *scheduler
+	metrics *Metrics // may be nil
 
 	reloadMu sync.Mutex // one reload at a time
 
@@ -106,13 +110,17 @@ func New(cfg Config) (*Gateway, error) {
 	g := &Gateway{
 		cfg:     cfg,
 		log:     cfg.Logger,
-		audit:   StoreAuditor{Store: cfg.Store, Log: LogAuditor{Logger: cfg.Logger.Named("audit")}},
+		audit:   countingAuditor{next: StoreAuditor{Store: cfg.Store, Log: LogAuditor{Logger: cfg.Logger.Named("audit")}}, m: cfg.Metrics},
+		metrics: cfg.Metrics,
 		budgets: newBudgets(),
 		queries: map[string]*pendingQuery{},
 		held:    map[string]heldItem{},
 		running: make(chan struct{}),
 	}
 	g.set.Store(cfg.Set)
+	if cfg.Metrics != nil {
+		cfg.Metrics.g = g
+	}
 	g.outbox = &outbox{g: g, couriers: map[string]*courier{}}
 	g.sched = &scheduler{clock: cfg.Clock, log: g.log.Named("cron"), event: g.event, prompt: g.cronPrompt}
 	sc := cfg.Session
@@ -122,7 +130,7 @@ func New(cfg Config) (*Gateway, error) {
 		return d != nil && d.HasTool(tool)
 	}
 	g.sv = NewSupervisor(SupervisorConfig{
-		Set: cfg.Set, Logger: cfg.Logger, Auditor: g.audit, Clock: cfg.Clock, Session: sc,
+		Set: cfg.Set, Logger: cfg.Logger, Auditor: g.audit, Clock: cfg.Clock, Session: sc, Metrics: cfg.Metrics,
 		OnStarted: func(s *Session) {
 			g.mu.Lock()
 			g.budgets.started(s)

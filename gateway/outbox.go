@@ -126,6 +126,7 @@ func (g *Gateway) courier(ctx context.Context, c *courier) {
 			continue
 		}
 		failures = 0
+		g.metrics.delivered(d, g.now())
 		g.cfg.Store.FinishDelivery(d.ID, store.DeliveryDelivered, "", g.now(), store.Event{
 			Time: g.now(), Kind: "delivery_acked", Agent: d.Controller, Peer: d.Reader,
 			Detail: fmt.Sprintf("%s acknowledged delivery %s", d.Controller, d.ID), Category: int(d.Category), Bits: d.Bits,
@@ -137,6 +138,7 @@ func (g *Gateway) courier(ctx context.Context, c *courier) {
 // dropDelivery gives up c's head delivery d for good, recording why under
 // the event kind.
 func (g *Gateway) dropDelivery(c *courier, d store.Delivery, kind, why string) {
+	g.metrics.deliveryDropped(kind)
 	g.cfg.Store.FinishDelivery(d.ID, store.DeliveryDropped, why, g.now(), store.Event{
 		Time: g.now(), Kind: kind, Agent: d.Controller, Peer: d.Reader, Detail: why, Category: int(d.Category), Bits: d.Bits,
 	})

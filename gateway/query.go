@@ -32,6 +32,7 @@ func (g *Gateway) query(s *Session, env runtime.Envelope, q runtime.QueryRequest
 	controller := s.Name()
 	refuse := func(e *bcp.Error) {
 		g.refused(controller, q.To, e, env.Raw, q.RequestID)
+		g.metrics.query("refused", e)
 		s.Reply(runtime.QueryError{Type: runtime.TypeQueryError, RequestID: q.RequestID, ToAgent: q.To, Reason: e.Error()})
 	}
 	set := g.set.Load()
@@ -69,6 +70,8 @@ func (g *Gateway) query(s *Session, env runtime.Envelope, q runtime.QueryRequest
 	}
 	g.queries[pq.id] = pq
 	g.mu.Unlock()
+	g.metrics.query("sent", nil)
+	g.metrics.charged(controller, q.To, q.Category, bits)
 	g.event(store.Event{Kind: "query_sent", Agent: controller, Peer: q.To, Ref: pq.id, Category: int(q.Category), Bits: bits,
 		Detail: fmt.Sprintf("Query %s (request %s) from %s to %s (Cat-%d, %s)", pq.id, q.RequestID, controller, q.To, q.Category, bcp.FormatBits(bits))})
 	s.Reply(runtime.QuerySent{Type: runtime.TypeQuerySent, RequestID: q.RequestID, QueryID: pq.id, ToAgent: q.To, BandwidthBits: bits})
@@ -156,6 +159,7 @@ func (g *Gateway) timeoutQuery(q *pendingQuery) {
 	}
 	e := bcp.Errorf(bcp.QueryTimeout, "Reader '%s' did not answer query %s within %s", q.reader, q.id, g.cfg.QueryTimeout)
 	g.event(store.Event{Kind: "query_timeout", Agent: q.controller, Peer: q.reader, Code: string(e.Code), Detail: e.Error(), Ref: q.id})
+	g.metrics.query("timed_out", e)
 	g.tellController(q, e)
 }
 

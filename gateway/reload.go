@@ -94,6 +94,7 @@ func (g *Gateway) Reload(ctx context.Context, by string) (Reloaded, error) {
 		}
 		g.event(store.Event{Kind: "reload_failed", Code: "definitions_invalid", Ref: by,
 			Detail: fmt.Sprintf("by %s: %v", by, err)})
+		g.metrics.reloaded("failed")
 		return Reloaded{}, &DefinitionsError{Err: err}
 	}
 	for _, w := range set.Warnings {
@@ -111,6 +112,7 @@ func (g *Gateway) Reload(ctx context.Context, by string) (Reloaded, error) {
 	if r.Changed() {
 		summary = strings.Join(r.Summary(), "; ")
 	}
+	g.metrics.reloaded("ok")
 	g.log.Info("definitions reloaded", "by", by, "agents", r.Agents, "changes", summary)
 	g.event(store.Event{Kind: "reload_ok", Ref: by, Detail: fmt.Sprintf("by %s: %s", by, summary)})
 	return r, nil
@@ -148,6 +150,7 @@ func (g *Gateway) cancelOrphanQueries(set *agents.Set) []string {
 			continue // answered or timed out meanwhile
 		}
 		e := why[i]
+		g.metrics.query("cancelled", e)
 		g.event(store.Event{Kind: "query_cancelled", Agent: q.controller, Peer: q.reader, Code: string(e.Code), Detail: e.Error(), Ref: q.id})
 		g.tellController(q, e)
 		out = append(out, fmt.Sprintf("%s: %s", q.id, e.Code))

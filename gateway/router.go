@@ -106,6 +106,7 @@ func (g *Gateway) publish(s *Session, env runtime.Envelope, r runtime.Response) 
 	}
 	if !v.Accepted() {
 		g.refused(s.Name(), r.Controller, v.Err, env.Raw, r.SubscriptionID)
+		g.metrics.publish("refused", v.Err)
 		reply.Send(runtime.ValidationResult{Type: runtime.TypeValidationResult, SubscriptionID: r.SubscriptionID, Detail: v.Detail()})
 		return
 	}
@@ -122,6 +123,7 @@ func (g *Gateway) answer(s *Session, env runtime.Envelope, r runtime.Response) {
 	reply := s.ReplyLater()
 	refuse := func(e *bcp.Error, controller string) {
 		g.refused(s.Name(), controller, e, env.Raw, r.QueryID)
+		g.metrics.answer("refused", e)
 		reply.Send(runtime.ValidationResult{Type: runtime.TypeValidationResult, QueryID: r.QueryID, Detail: e.Error()})
 	}
 	g.mu.Lock()
@@ -180,6 +182,7 @@ func (g *Gateway) admit(reply *PendingReply, a admitted) {
 		}
 		g.log.Error("could not store accepted data; refusing it", "reader", reader, "controller", controller, "error", err)
 		refusal := bcp.Errorf(bcp.ControllerUnavailable, "The gateway could not store this for '%s' (%v); nothing was delivered", controller, err)
+		g.counted(a, "refused", refusal)
 		verdict.Detail = refusal.Error()
 		reply.Send(verdict)
 		if a.query != nil {
@@ -207,6 +210,7 @@ func (g *Gateway) admit(reply *PendingReply, a admitted) {
 				return
 			}
 			g.outbox.enqueue(d)
+			g.counted(a, "delivered", nil)
 			verdict.Success, verdict.Detail = true, a.detail
 			reply.Send(verdict)
 		})
@@ -230,11 +234,26 @@ func (g *Gateway) admit(reply *PendingReply, a admitted) {
 		g.mu.Lock()
 		g.held[item.ID] = heldItem{reader: a.sess, query: a.query}
 		g.mu.Unlock()
+		g.counted(a, "held", nil)
 		g.log.Info("approval item waiting for an operator", "id", item.ID, "from", reader, "to", controller, "what", itemSubject(item), "expires", item.ExpiresAt.Format(time.RFC3339))
 		// The verdict comes when an operator decides; until then later
 		// answers to this Reader need not wait.
 		reply.Skip()
 	})
+}
+
+// counted records the outcome of an admitted push or answer in the
+// metrics; a kept push also counts its bits (a query's were counted when
+// it was sent).
+func (g *Gateway) counted(a admitted, outcome string, e *bcp.Error) {
+	if a.query != nil {
+		g.metrics.answer(outcome, e)
+		return
+	}
+	g.metrics.publish(outcome, e)
+	if e == nil {
+		g.metrics.charged(a.link.Controller.Name, a.link.Reader.Name, a.spec.Category, a.bits)
+	}
 }
 
 // refused audits a refusal, keeping the offending payload.

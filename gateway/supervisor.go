@@ -52,6 +52,8 @@ type SupervisorConfig struct {
 	// Session is the template for every session; Def, Subscriptions and
 	// the shared fields above are filled in per agent.
 	Session SessionConfig
+	// Metrics, if set, counts crashes and restarts.
+	Metrics *Metrics
 	// OnStarted, if set, is told about every session that became ready,
 	// before anyone else can use it. It runs on the supervisor's goroutine
 	// and must not block.
@@ -309,6 +311,9 @@ func (sv *Supervisor) handle(ctx context.Context, all map[string]*agent, ev any)
 		}
 		a.state, a.attempt = StateStopped, 0
 		if (a.def.Autostart && !a.held) || len(a.waiters) > 0 || restart {
+			if restart {
+				sv.cfg.Metrics.restarted(a.def.Name, "reload")
+			}
 			sv.start(ctx, a)
 		}
 	case retryEv:
@@ -317,6 +322,7 @@ func (sv *Supervisor) handle(ctx context.Context, all map[string]*agent, ev any)
 			return
 		}
 		if a.state == StateBackoff && ev.gen == a.timerGen && (!a.held || len(a.waiters) > 0) {
+			sv.cfg.Metrics.restarted(a.def.Name, "crash")
 			sv.start(ctx, a)
 		}
 	}
@@ -376,6 +382,7 @@ func (sv *Supervisor) start(ctx context.Context, a *agent) {
 // crashed records a crash or failed start and decides: back off and
 // retry (if the agent is kept running or has work waiting), or fail.
 func (sv *Supervisor) crashed(ctx context.Context, a *agent, err error) {
+	sv.cfg.Metrics.crashed(a.def.Name)
 	now := sv.cfg.Clock.Now()
 	a.crashes = append(a.crashes, now)
 	for len(a.crashes) > 0 && now.Sub(a.crashes[0]) > CrashWindow {

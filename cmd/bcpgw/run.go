@@ -21,7 +21,7 @@ import (
 )
 
 func newRunCmd() *cobra.Command {
-	var agentsDir, stateDir, logFormat, logLevel string
+	var agentsDir, stateDir, logFormat, logLevel, metricsAddr string
 	var approvalTTL, queryTimeout time.Duration
 	var watch bool
 	cmd := &cobra.Command{
@@ -46,7 +46,10 @@ review) waits in the approval queue for --approval-ttl.
 Changed definitions are loaded without a restart on SIGHUP, on bcpgw
 reload, and (unless --watch=false) when a .md file in --agents changes. A
 set with errors is refused as a whole and the running one stays in force
-(see bcpgw reload).`,
+(see bcpgw reload).
+
+--metrics-addr serves Prometheus metrics (bcpgw_*) at /metrics on that
+address; a bare port listens on 127.0.0.1 only. Off by default.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {
@@ -90,7 +93,17 @@ set with errors is refused as a whole and the running one stays in force
 				return &exitError{code: exitFailed, msg: err.Error()}
 			}
 			defer ln.Close()
-			gw, err := gateway.New(gateway.Config{Set: set, Store: st, Logger: logger, ApprovalTTL: approvalTTL, QueryTimeout: queryTimeout, Watch: watch})
+			var metricsSrv *metricsServer
+			var metrics *gateway.Metrics
+			if metricsAddr != "" {
+				mln, err := listenMetrics(metricsAddr)
+				if err != nil {
+					return &exitError{code: exitFailed, msg: err.Error()}
+				}
+				metricsSrv, metrics = newMetrics(mln, logger.Named("metrics"))
+			}
+			gw, err := gateway.New(gateway.Config{Set: set, Store: st, Logger: logger, ApprovalTTL: approvalTTL, QueryTimeout: queryTimeout,
+				Watch: watch, Metrics: metrics})
 			if err != nil {
 				return err
 			}
@@ -107,11 +120,25 @@ set with errors is refused as a whole and the running one stays in force
 				served <- err
 			}()
 			hupDone := reloadOnSIGHUP(ctx, gw, logger)
+			metricsDone := make(chan error, 1)
+			if metricsSrv != nil {
+				logger.Info("serving metrics", "url", "http://"+metricsSrv.ln.Addr().String()+"/metrics")
+				go func() {
+					err := metricsSrv.serve(ctx)
+					if err != nil && ctx.Err() == nil {
+						logger.Error("the metrics server stopped; stopping the gateway", "error", err)
+						stop()
+					}
+					metricsDone <- err
+				}()
+			} else {
+				metricsDone <- nil
+			}
 			logger.Info("gateway running", "agents", len(set.Agents), "dir", agentsDir, "state", stateDir, "control", ln.Path)
 			err = gw.Run(ctx)
 			stop()
 			<-hupDone
-			err = errors.Join(err, <-served)
+			err = errors.Join(err, <-served, <-metricsDone)
 			logger.Info("gateway stopped")
 			if err != nil {
 				return &exitError{code: exitFailed, msg: err.Error()}
@@ -124,6 +151,7 @@ set with errors is refused as a whole and the running one stays in force
 	f.StringVar(&stateDir, "state", os.Getenv("BCPGW_STATE"), "state directory (env BCPGW_STATE)")
 	f.DurationVar(&approvalTTL, "approval-ttl", gateway.DefaultApprovalTTL, "how long an approval item waits for a decision before it expires")
 	f.DurationVar(&queryTimeout, "query-timeout", gateway.DefaultQueryTimeout, "how long a Reader has to answer a query")
+	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address (a bare port means 127.0.0.1); off when empty")
 	f.BoolVar(&watch, "watch", true, "reload the definitions when a .md file in --agents changes")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")

@@ -1,0 +1,242 @@
+package gateway
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bcpgw/bcpgw/bcp"
+	"github.com/bcpgw/bcpgw/gateway/store"
+)
+
+// Metrics are the gateway's Prometheus metrics, all named bcpgw_*. Counters
+// and histograms are updated where things happen; the backlog and the
+// agents' states are read when scraped, from the store and the
+// supervisor, so they cannot drift from the truth after a restart.
+//
+// A nil *Metrics is valid and records nothing.
+type Metrics struct {
+	publishes  *prometheus.CounterVec
+	queries    *prometheus.CounterVec
+	answers    *prometheus.CounterVec
+	refusals   *prometheus.CounterVec
+	bits       *prometheus.CounterVec
+	decisions  *prometheus.HistogramVec
+	deliveries *prometheus.CounterVec
+	latency    prometheus.Histogram
+	crashes    *prometheus.CounterVec
+	restarts   *prometheus.CounterVec
+	reloads    *prometheus.CounterVec
+
+	// Read at scrape time.
+	approvalsPending  *prometheus.Desc
+	deliveriesPending *prometheus.Desc
+	sessions          *prometheus.Desc
+	g                 *Gateway // set by New
+}
+
+// NewMetrics creates the gateway's metrics and registers them with reg.
+// Pass the result to New in Config.Metrics; only then do the scrape-time
+// metrics (backlog, agent states) have a gateway to read.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		publishes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bcpgw_publishes_total",
+			Help: "Pushes (BCPPublish) from Readers by outcome: delivered (stored for its Controller), held (for an operator), refused (with its error code).",
+		}, []string{"outcome", "code"}),
+		queries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bcpgw_queries_total",
+			Help: "Queries from Controllers by outcome: sent, refused, timed_out, cancelled (by a reload), with the error code.",
+		}, []string{"outcome", "code"}),
+		answers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bcpgw_answers_total",
+			Help: "Readers' answers to queries by outcome: delivered, held, refused (with its error code).",
+		}, []string{"outcome", "code"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bcpgw_refusals_total",
+			Help: "Every refused runtime message (publishes, answers, queries, protocol errors), by error code.",
+		}, []string{"code"}),
+		bits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bcpgw_bits_charged_total",
+			Help: "Bits charged to channel budgets (accepted pushes and sent queries), by channel and category.",
+		}, []string{"controller", "reader", "category"}),
+		decisions: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "bcpgw_approval_decision_seconds",
+			Help:    "Time from an approval item's creation to its decision, by decision (approved, rejected, expired, dropped).",
+			Buckets: []float64{10, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600, 24 * 3600, 48 * 3600},
+		}, []string{"decision"}),
+		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bcpgw_deliveries_total",
+			Help: "Deliveries that ended, by outcome: acked (the Controller answered result), dropped_revoked, delivery_failed.",
+		}, []string{"outcome"}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "bcpgw_delivery_latency_seconds",
+			Help:    "Time from a delivery's acceptance (or approval) to its acknowledgment by the Controller.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 4, 10), // 5ms to about 22min
+		}),
+		crashes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bcpgw_session_crashes_total",
+			Help: "Sessions that crashed or failed to start, by agent.",
+		}, []string{"agent"}),
+		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bcpgw_session_restarts_total",
+			Help: "Sessions started again by the supervisor, by agent and reason: crash (after backoff) or reload (changed definition).",
+		}, []string{"agent", "reason"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bcpgw_reloads_total",
+			Help: "Definition reloads by outcome: ok, or failed (the running set stayed in force).",
+		}, []string{"outcome"}),
+		approvalsPending: prometheus.NewDesc("bcpgw_approval_queue_depth",
+			"Approval items waiting for an operator's decision.", nil, nil),
+		deliveriesPending: prometheus.NewDesc("bcpgw_deliveries_pending",
+			"Deliveries accepted and not yet acknowledged by their Controller.", nil, nil),
+		sessions: prometheus.NewDesc("bcpgw_sessions",
+			"Agents by the state of their session (stopped, starting, running, backoff, failed).", []string{"state"}, nil),
+	}
+	// Known outcomes start at zero, so that rates exist before the first event.
+	for _, o := range []string{"delivered", "held"} {
+		m.publishes.WithLabelValues(o, "")
+		m.answers.WithLabelValues(o, "")
+	}
+	m.queries.WithLabelValues("sent", "")
+	for _, o := range []string{"acked", "dropped_revoked", "delivery_failed"} {
+		m.deliveries.WithLabelValues(o)
+	}
+	for _, o := range []string{"ok", "failed"} {
+		m.reloads.WithLabelValues(o)
+	}
+	reg.MustRegister(m.publishes, m.queries, m.answers, m.refusals, m.bits, m.decisions, m.deliveries, m.latency,
+		m.crashes, m.restarts, m.reloads, scrapeCollector{m})
+	return m
+}
+
+// scrapeCollector reads the backlog and the agents' states at scrape time.
+type scrapeCollector struct{ m *Metrics }
+
+// scrapeTimeout bounds what one scrape waits for the store and the
+// supervisor.
+const scrapeTimeout = 5 * time.Second
+
+func (c scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.m.approvalsPending
+	ch <- c.m.deliveriesPending
+	ch <- c.m.sessions
+}
+
+func (c scrapeCollector) Collect(ch chan<- prometheus.Metric) {
+	g := c.m.g
+	if g == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
+	defer cancel()
+	if approvals, deliveries, err := g.cfg.Store.Backlog(ctx); err == nil {
+		ch <- prometheus.MustNewConstMetric(c.m.approvalsPending, prometheus.GaugeValue, float64(approvals))
+		ch <- prometheus.MustNewConstMetric(c.m.deliveriesPending, prometheus.GaugeValue, float64(deliveries))
+	} else {
+		ch <- prometheus.NewInvalidMetric(c.m.approvalsPending, err)
+	}
+	// The supervisor answers only while the gateway runs.
+	select {
+	case <-g.running:
+	default:
+		return
+	}
+	all, err := g.sv.Agents(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.m.sessions, err)
+		return
+	}
+	counts := map[AgentState]int{StateStopped: 0, StateStarting: 0, StateRunning: 0, StateBackoff: 0, StateFailed: 0}
+	for _, a := range all {
+		counts[a.State]++
+	}
+	for state, n := range counts {
+		ch <- prometheus.MustNewConstMetric(c.m.sessions, prometheus.GaugeValue, float64(n), string(state))
+	}
+}
+
+func codeOf(e *bcp.Error) string {
+	if e == nil {
+		return ""
+	}
+	return string(e.Code)
+}
+
+func (m *Metrics) publish(outcome string, e *bcp.Error) {
+	if m != nil {
+		m.publishes.WithLabelValues(outcome, codeOf(e)).Inc()
+	}
+}
+
+func (m *Metrics) query(outcome string, e *bcp.Error) {
+	if m != nil {
+		m.queries.WithLabelValues(outcome, codeOf(e)).Inc()
+	}
+}
+
+func (m *Metrics) answer(outcome string, e *bcp.Error) {
+	if m != nil {
+		m.answers.WithLabelValues(outcome, codeOf(e)).Inc()
+	}
+}
+
+func (m *Metrics) charged(controller, reader string, cat bcp.Category, bits float64) {
+	if m != nil {
+		m.bits.WithLabelValues(controller, reader, strconv.Itoa(int(cat))).Add(bits)
+	}
+}
+
+func (m *Metrics) decided(a *store.Approval, now time.Time) {
+	if m != nil {
+		m.decisions.WithLabelValues(string(a.Status)).Observe(max(0, now.Sub(a.CreatedAt).Seconds()))
+	}
+}
+
+func (m *Metrics) delivered(d store.Delivery, now time.Time) {
+	if m != nil {
+		m.deliveries.WithLabelValues("acked").Inc()
+		m.latency.Observe(max(0, now.Sub(d.CreatedAt).Seconds()))
+	}
+}
+
+func (m *Metrics) deliveryDropped(kind string) {
+	if m != nil {
+		m.deliveries.WithLabelValues(kind).Inc()
+	}
+}
+
+func (m *Metrics) crashed(agent string) {
+	if m != nil {
+		m.crashes.WithLabelValues(agent).Inc()
+	}
+}
+
+func (m *Metrics) restarted(agent, reason string) {
+	if m != nil {
+		m.restarts.WithLabelValues(agent, reason).Inc()
+	}
+}
+
+func (m *Metrics) reloaded(outcome string) {
+	if m != nil {
+		m.reloads.WithLabelValues(outcome).Inc()
+	}
+}
+
+// countingAuditor counts refusals on their way to the audit log: the
+// sessions' own (tool_not_allowed, protocol_error) as well as the
+// router's.
+type countingAuditor struct {
+	next Auditor
+	m    *Metrics
+}
+
+func (a countingAuditor) Audit(e store.Event) {
+	if e.Kind == "refused" && a.m != nil {
+		a.m.refusals.WithLabelValues(e.Code).Inc()
+	}
+	a.next.Audit(e)
+}
