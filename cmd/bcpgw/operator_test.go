@@ -137,6 +137,8 @@ type opGateway struct {
 	stderr *lockedBuffer
 	exited chan struct{}
 	err    error // the exit status, once exited is closed
+	// runArgs are added to the run command line.
+	runArgs []string
 }
 
 // opEnv is the environment of every command: no BCPGW_STATE, so that the
@@ -159,7 +161,7 @@ func (g *opGateway) start(pub string) {
 	t.Helper()
 	g.stderr = &lockedBuffer{}
 	g.exited = make(chan struct{})
-	cmd := exec.Command(bin, "run", "--agents", g.agents, "--state", g.state, "--log-level", "debug")
+	cmd := exec.Command(bin, append([]string{"run", "--agents", g.agents, "--state", g.state, "--log-level", "debug"}, g.runArgs...)...)
 	cmd.Env = append(baseEnv(), "PUB="+pub, "BCPGW_STATE=")
 	cmd.Stderr = g.stderr
 	if err := cmd.Start(); err != nil {
