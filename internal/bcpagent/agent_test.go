@@ -327,3 +327,43 @@ func TestStartFailures(t *testing.T) {
 		})
 	}
 }
+
+// A Cat-3 publish waits for a person: the tool call does not wait for
+// the verdict, a second publish to the same subscription meanwhile is
+// refused to the model, and the verdict, when it comes, opens the model's
+// next turn.
+func TestLateVerdictBecomesANote(t *testing.T) {
+	api := llmtest.OpenAI
+	digest := runtime.ActiveSubscription{SubscriptionID: "digest", Controller: "main", Category: bcp.Cat3, Directive: "Summarize today.", MaxWords: 50}
+	publish := `{"subscription_id":"digest","controller":"main","response":{"summary":"Nothing changed."}}`
+	srv := llmtest.New(t, api, func(r llmtest.Request) llmtest.Reply {
+		switch r.N {
+		case 1:
+			return llmtest.ToolCalls(api, "", llmtest.Call{ID: "c1", Name: "BCPPublish", Args: publish})
+		case 2:
+			return llmtest.ToolCalls(api, "", llmtest.Call{ID: "c2", Name: "BCPPublish", Args: publish})
+		}
+		return llmtest.Text(api, "ok")
+	})
+	g := startAgent(t, setup{srv: srv, tools: []string{"BCPPublish"}, tune: func(c *Config) { c.VerdictWait = time.Millisecond }})
+	g.send(runtime.SubscriptionsActive{Type: runtime.TypeSubscriptionsActive, Subscriptions: []runtime.ActiveSubscription{digest}})
+	g.send(runtime.Prompt{Type: runtime.TypePrompt, Content: "digest time"})
+	g.expect(runtime.TypeResponse) // one publish only: the second is refused before it is sent
+	if res := g.result(); res.IsError || res.NumTurns != 3 {
+		t.Errorf("result %+v", res)
+	}
+	results := srv.Requests()[2].ToolResults()
+	if len(results) != 2 {
+		t.Fatalf("tool results %q", results)
+	}
+	containsAll(t, "first tool result", results[0], "has not given its verdict", "wait for an operator's review")
+	containsAll(t, "second tool result", results[1], "publish to digest of main: an earlier one is still waiting for the verdict")
+
+	g.send(runtime.ValidationResult{Type: runtime.TypeValidationResult, SubscriptionID: "digest", Success: true, Detail: "Published to controller main (Cat-3, 550.0 bits)"})
+	waitFor(t, "the verdict noted", func() bool { g.agent.mu.Lock(); defer g.agent.mu.Unlock(); return len(g.agent.notes) == 1 })
+	g.send(runtime.Prompt{Type: runtime.TypePrompt, Content: "next"})
+	g.result()
+	if r := srv.Requests()[3]; !r.Contains("The verdict on your earlier publish to digest of main: accepted: Published to controller main (Cat-3, 550.0 bits)") {
+		t.Errorf("next turn lacks the verdict: %s", r.Body)
+	}
+}

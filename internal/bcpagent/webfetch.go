@@ -155,7 +155,8 @@ func (f *fetcher) Fetch(ctx context.Context, rawURL string) (string, error) {
 	b.WriteString("\n")
 	if n := utf8.RuneCountInString(text); n > f.cfg.MaxChars {
 		text = string([]rune(text)[:f.cfg.MaxChars]) + fmt.Sprintf("\n[... cut: %d of %d characters shown]", f.cfg.MaxChars, n)
-	} else if truncatedBody {
+	}
+	if truncatedBody {
 		text += fmt.Sprintf("\n[... the page is larger than %d bytes; the rest was not read]", f.cfg.MaxBytes)
 	}
 	b.WriteString(text)
