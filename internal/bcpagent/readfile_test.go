@@ -16,7 +16,7 @@ func TestReadFileConfinement(t *testing.T) {
 	write(t, filepath.Join(root, "notes.txt"), "hello notes")
 	write(t, filepath.Join(root, "sub", "deep.txt"), "deep text")
 	write(t, filepath.Join(root, "binary.bin"), "a\x00b")
-	symlink(t, secret, filepath.Join(root, "escape.txt"))            // absolute target outside
+	symlink(t, secret, filepath.Join(root, "escape.txt"))               // absolute target outside
 	symlink(t, "../"+filepath.Base(outside), filepath.Join(root, "up")) // relative, leads out
 	symlink(t, "sub/deep.txt", filepath.Join(root, "inside.txt"))       // stays inside
 	symlink(t, outside, filepath.Join(root, "sub", "dirlink"))          // a directory outside
@@ -32,7 +32,7 @@ func TestReadFileConfinement(t *testing.T) {
 		{"notes.txt", "hello notes", true},
 		{"./sub/deep.txt", "deep text", true},
 		{filepath.Join(root, "notes.txt"), "hello notes", true}, // absolute, inside
-		{"inside.txt", "deep text", true},                        // a symlink that stays inside
+		{"inside.txt", "deep text", true},                       // a symlink that stays inside
 		{".", "Directory .:\nbinary.bin\nescape.txt\nfifo\ninside.txt\nnotes.txt\nsub/\nup", true},
 		{secret, "outside the working directory", false},
 		{"/etc/passwd", "outside the working directory", false},
