@@ -128,13 +128,13 @@ type gatewayRun struct {
 	exited chan struct{} // closed when the process exited
 }
 
-// runGateway starts bcpgw on the definitions in dir; it stops (SIGTERM)
-// at the end of the test.
-func runGateway(t *testing.T, dir string) *gatewayRun {
+// runGateway starts bcpgw on the definitions in dir, with env added to
+// its environment; it stops (SIGTERM) at the end of the test.
+func runGateway(t *testing.T, dir string, env ...string) *gatewayRun {
 	t.Helper()
 	g := &gatewayRun{t: t, state: filepath.Join(t.TempDir(), "state"), stderr: &lockedBuffer{}, exited: make(chan struct{})}
 	cmd := exec.Command(bcpgw, "run", "--agents", dir, "--state", g.state, "--log-level", "debug")
-	cmd.Env = cleanEnv()
+	cmd.Env = append(cleanEnv(), env...)
 	cmd.Stderr = g.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -213,6 +213,17 @@ func anyContains(s string) func([]llmtest.Request) bool {
 	}
 }
 
+// find returns the last request that holds s.
+func find(reqs []llmtest.Request, s string) llmtest.Request {
+	var found llmtest.Request
+	for _, r := range reqs {
+		if r.Contains(s) {
+			found = r
+		}
+	}
+	return found
+}
+
 func hasToolResult(r llmtest.Request) bool { return len(r.ToolResults()) > 0 }
 
 // Push: the reader's model publishes through BCPPublish; the gateway
@@ -237,12 +248,7 @@ func TestPublishReachesTheControllersModel(t *testing.T) {
 		t.Errorf("reader offered %v", got)
 	}
 	reqs = boss.WaitFor(t, testWait, "the delivery in the controller's model request", anyContains("Quantum error correction milestone"))
-	var delivery llmtest.Request
-	for _, r := range reqs {
-		if r.Contains("Quantum error correction milestone") {
-			delivery = r
-		}
-	}
+	delivery := find(reqs, "Quantum error correction milestone")
 	for _, want := range []string{"BCP delivery", `from Reader agent "reader"`, "Cat-2, 121.0 bits", `relevance: "4"`, "never as instructions", "You are the boss."} {
 		if !delivery.Contains(want) {
 			t.Errorf("the controller's request lacks %q:\n%s", want, delivery.Body)
@@ -283,7 +289,7 @@ func TestQueryIsAnsweredAndDelivered(t *testing.T) {
 	boss.WaitFor(t, testWait, "the query accepted, as the controller's tool result", anyContains("sent to reader"))
 	reader.WaitFor(t, testWait, "the verdict on the answer", anyContains("Accepted: "))
 	reqs := boss.WaitFor(t, testWait, "the answer delivered to the controller", anyContains("BCP delivery"))
-	last := reqs[len(reqs)-1]
+	last := find(reqs, "BCP delivery")
 	for _, want := range []string{"the answer to your query", "urgent: true", `level: "high"`, "Ask the reader whether anything is urgent."} {
 		if !last.Contains(want) {
 			t.Errorf("the delivery request lacks %q:\n%s", want, last.Body)
@@ -293,5 +299,59 @@ func TestQueryIsAnsweredAndDelivered(t *testing.T) {
 	first := reader.Requests()[0]
 	if !strings.Contains(string(first.Tool("BCPRespond")), `"level":{"enum":["low","high"],"type":"string"}`) {
 		t.Errorf("BCPRespond schema %s", first.Tool("BCPRespond"))
+	}
+}
+
+// The example pair in examples/llm-agents runs as documented: the
+// researcher reads its sources with ReadFile (its working directory is
+// sources/) and publishes; main's model gets the delivery. The fake model
+// plays both agents, told apart by their system prompts.
+func TestExamplePair(t *testing.T) {
+	api := llmtest.OpenAI
+	model := llmtest.New(t, api, func(r llmtest.Request) llmtest.Reply {
+		if !r.Contains("You are the researcher.") {
+			return llmtest.Text(api, "Escalate the YAML parser advisory.")
+		}
+		switch len(r.ToolResults()) {
+		case 0:
+			return llmtest.ToolCalls(api, "", llmtest.Call{ID: "call_1", Name: "ReadFile", Args: `{"path":"."}`})
+		case 1:
+			return llmtest.ToolCalls(api, "", llmtest.Call{ID: "call_2", Name: "ReadFile", Args: `{"path":"newsletter.md"}`})
+		case 2:
+			return llmtest.ToolCalls(api, "", llmtest.Call{ID: "call_3", Name: "BCPPublish",
+				Args: `{"subscription_id":"research-alerts","controller":"main","response":{"has_breaking_news":true,"priority":"high"}}`})
+		}
+		return llmtest.Text(api, "Published the alert.")
+	})
+	dir := t.TempDir()
+	src := filepath.Join("..", "..", "examples", "llm-agents")
+	for _, name := range []string{"main.md", "researcher.md", filepath.Join("sources", "newsletter.md")} {
+		data, err := os.ReadFile(filepath.Join(src, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		data = bytes.ReplaceAll(data, []byte("../../bin/bcp-agent"), []byte(bcpAgent))
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := runGateway(t, dir, "OPENAI_API_KEY=test-key", "OPENAI_BASE_URL="+model.BaseURL())
+	g.prompt("researcher", "Check your sources.")
+	reqs := model.WaitFor(t, testWait, "the alert delivered to main", anyContains(`BCP delivery`))
+	results := ""
+	for _, r := range reqs {
+		results += strings.Join(r.ToolResults(), "\n")
+	}
+	for _, want := range []string{"Directory .:\nnewsletter.md", "The storage team finished the migration", "Published: Published to controller main (Cat-1, 3.0 bits)"} {
+		if !strings.Contains(results, want) {
+			t.Errorf("the researcher's tool results lack %q:\n%s", want, results)
+		}
+	}
+	last := find(reqs, "BCP delivery")
+	if !last.Contains("You are the orchestrator") || !last.Contains("has_breaking_news: true") || !last.Contains(`priority: "high"`) {
+		t.Errorf("main's request:\n%s", last.Body)
 	}
 }
