@@ -41,15 +41,7 @@ func NewAnthropic(baseURL, key, model string, opts Options) *Anthropic {
 			client:     opts.httpClient(),
 			retry:      opts.Retry,
 			parseError: anthropicError,
-			hint: func(k Kind) string {
-				switch k {
-				case KindAuth:
-					return "check ANTHROPIC_API_KEY"
-				case KindModelNotFound:
-					return fmt.Sprintf("check the model name %q and ANTHROPIC_BASE_URL %s", model, baseURL)
-				}
-				return ""
-			},
+			hint:       hints("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", model, baseURL),
 		},
 	}
 }

@@ -104,3 +104,17 @@ func kindOf(status int, typ, msg string) Kind {
 func retryable(status int) bool {
 	return status == 429 || status == 408 || status >= 500
 }
+
+// hints returns what to check for each kind of error of an API whose key
+// and base URL come from the variables keyVar and urlVar.
+func hints(keyVar, urlVar, model, baseURL string) func(Kind) string {
+	return func(k Kind) string {
+		switch k {
+		case KindAuth:
+			return "check " + keyVar
+		case KindModelNotFound:
+			return fmt.Sprintf("check the model name %q and %s %s", model, urlVar, baseURL)
+		}
+		return ""
+	}
+}

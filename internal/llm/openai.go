@@ -30,15 +30,7 @@ func NewOpenAI(baseURL, key, model string, opts Options) *OpenAI {
 			client:     opts.httpClient(),
 			retry:      opts.Retry,
 			parseError: openAIError,
-			hint: func(k Kind) string {
-				switch k {
-				case KindAuth:
-					return "check OPENAI_API_KEY"
-				case KindModelNotFound:
-					return fmt.Sprintf("check the model name %q and OPENAI_BASE_URL %s", model, baseURL)
-				}
-				return ""
-			},
+			hint:       hints("OPENAI_API_KEY", "OPENAI_BASE_URL", model, baseURL),
 		},
 	}
 }
