@@ -10,7 +10,7 @@ FUZZ_TARGETS := \
 	FuzzAnomalyPrefilter:./bcp \
 	FuzzParse:./agents
 
-.PHONY: all build test fmt-check vet run fuzz bench clean
+.PHONY: all build test fmt-check vet run run-llm fuzz bench clean
 
 all: build
 
@@ -34,6 +34,14 @@ STATE     ?= .bcpgw-state
 run: build
 	$(BIN)/bcpgw validate examples/agents
 	$(BIN)/bcpgw run --agents examples/agents --state $(STATE)
+
+LLM_STATE ?= .bcpgw-state-llm
+
+# The bcp-agent example pair on a real model: needs OPENAI_API_KEY and
+# OPENAI_BASE_URL (see the README, "Running with a real model").
+run-llm: build
+	$(BIN)/bcpgw validate examples/llm-agents
+	$(BIN)/bcpgw run --agents examples/llm-agents --state $(LLM_STATE)
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

@@ -161,6 +161,37 @@ type Result struct {
 	NumTurns   int     `json:"num_turns"`
 	CostUSD    float64 `json:"cost_usd"`
 	IsError    bool    `json:"is_error"`
+	Usage      *Usage  `json:"usage,omitempty"` // new
+}
+
+// Usage is the model tokens a turn consumed, for runtimes that drive a
+// model and whose provider reports them (new; the gateway audits it).
+type Usage struct {
+	InputTokens  int `json:"input_tokens"`
+	OutputTokens int `json:"output_tokens"`
+}
+
+// Text is something the runtime's model said, for the audit log.
+type Text struct {
+	Type    string `json:"type"`
+	Content string `json:"content"`
+}
+
+// ToolUse is a tool call the runtime's model made, for the audit log.
+type ToolUse struct {
+	Type  string          `json:"type"`
+	ID    string          `json:"id"`
+	Name  string          `json:"name"`
+	Input json.RawMessage `json:"input,omitempty"`
+}
+
+// ToolResult is what a tool call returned to the model, for the audit log.
+type ToolResult struct {
+	Type    string `json:"type"`
+	ID      string `json:"id"`
+	Name    string `json:"name"`
+	Content string `json:"content"`
+	IsError bool   `json:"is_error,omitempty"`
 }
 
 // Log is a structured log line from a runtime.

@@ -60,6 +60,7 @@ type Client struct {
 	agent StartAgent
 
 	mu       sync.Mutex
+	report   TurnReport // of the running turn; reset when a turn starts
 	subs     []ActiveSubscription
 	waiting  map[string][]chan ValidationResult // by "q:" or "s:" + id, FIFO
 	requests map[string]chan any                // by request_id
@@ -176,6 +177,58 @@ func (c *Client) Query(ctx context.Context, q QueryRequest) (QuerySent, error) {
 // Log sends a structured log line to the gateway's audit log.
 func (c *Client) Log(level, message string) error {
 	return c.enc.Encode(Log{Type: TypeLog, Level: level, Message: message})
+}
+
+// Error reports a problem to the gateway (an error message: audited and
+// logged, it changes nothing else). A runtime uses it to say why a turn
+// failed, for example that its model provider refused the API key.
+func (c *Client) Error(message string) error {
+	return c.enc.Encode(Error{Type: TypeError, Message: message})
+}
+
+// Text records something the runtime's model said (audit only).
+func (c *Client) Text(content string) error {
+	return c.enc.Encode(Text{Type: TypeText, Content: content})
+}
+
+// ToolUse records a tool call of the runtime's model (audit only). input
+// must be valid JSON or nil.
+func (c *Client) ToolUse(id, name string, input json.RawMessage) error {
+	return c.enc.Encode(ToolUse{Type: TypeToolUse, ID: id, Name: name, Input: input})
+}
+
+// ToolResult records what a tool call returned to the model (audit only).
+func (c *Client) ToolResult(id, name, content string, isError bool) error {
+	return c.enc.Encode(ToolResult{Type: TypeToolResult, ID: id, Name: name, Content: content, IsError: isError})
+}
+
+// TurnReport is what a turn handler may say about the turn it is running;
+// the SDK puts it into the turn's result message.
+type TurnReport struct {
+	// NumTurns is how many model round trips the turn took; 0 reports 1.
+	NumTurns int
+	// CostUSD is what the turn cost, when the runtime can know it.
+	CostUSD float64
+	// Usage is the tokens the turn consumed, or nil when unknown.
+	Usage *Usage
+}
+
+// Report sets what the result of the running turn will say; call it from
+// a turn handler (Prompt, Query, Delivery). A later call replaces an
+// earlier one, and every turn starts with an empty report.
+func (c *Client) Report(r TurnReport) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.report = r
+}
+
+// takeReport returns the running turn's report and clears it.
+func (c *Client) takeReport() TurnReport {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := c.report
+	c.report = TurnReport{}
+	return r
 }
 
 // resolve hands a validation result to the oldest waiter for its id.
@@ -368,6 +421,7 @@ func Run(ctx context.Context, in io.Reader, out io.Writer, h Handler) error {
 		}
 		imu.Unlock()
 		began := time.Now()
+		c.takeReport() // a report belongs to the turn that makes it
 		isTurn, err := runTurn(turnCtx, c, h, t.env, seen)
 		imu.Lock()
 		cancelTurn = nil
@@ -376,7 +430,8 @@ func Run(ctx context.Context, in io.Reader, out io.Writer, h Handler) error {
 		if !isTurn {
 			continue
 		}
-		res := Result{Type: TypeResult, DurationMS: time.Since(began).Milliseconds(), NumTurns: 1, IsError: err != nil}
+		rep := c.takeReport()
+		res := Result{Type: TypeResult, DurationMS: time.Since(began).Milliseconds(), NumTurns: max(rep.NumTurns, 1), CostUSD: rep.CostUSD, Usage: rep.Usage, IsError: err != nil}
 		if err := c.enc.Encode(res); err != nil {
 			return err
 		}

@@ -242,3 +242,40 @@ func TestRunRefusesMissingStart(t *testing.T) {
 		t.Fatal("Run accepted a session without start")
 	}
 }
+
+func TestRunResultCarriesTurnReport(t *testing.T) {
+	g := startRuntime(t, Handler{Prompt: func(ctx context.Context, c *Client, p Prompt) error {
+		if p.Content == "report" {
+			c.Report(TurnReport{NumTurns: 3, CostUSD: 0.25, Usage: &Usage{InputTokens: 10, OutputTokens: 4}})
+		}
+		if err := c.Text("said " + p.Content); err != nil {
+			return err
+		}
+		return c.ToolUse("t1", "BCPPublish", json.RawMessage(`{"a":1}`))
+	}})
+	g.send(Prompt{Type: TypePrompt, Content: "report"})
+	var text Text
+	g.expect(TypeText, &text)
+	if text.Content != "said report" {
+		t.Errorf("text = %+v", text)
+	}
+	var use ToolUse
+	g.expect(TypeToolUse, &use)
+	if use.Name != "BCPPublish" || string(use.Input) != `{"a":1}` {
+		t.Errorf("tool_use = %+v", use)
+	}
+	var res Result
+	g.expect(TypeResult, &res)
+	if res.NumTurns != 3 || res.CostUSD != 0.25 || res.Usage == nil || res.Usage.InputTokens != 10 || res.Usage.OutputTokens != 4 {
+		t.Errorf("result = %+v", res)
+	}
+	// The next turn does not inherit the report.
+	g.send(Prompt{Type: TypePrompt, Content: "plain"})
+	g.expect(TypeText)
+	g.expect(TypeToolUse)
+	res = Result{}
+	g.expect(TypeResult, &res)
+	if res.NumTurns != 1 || res.CostUSD != 0 || res.Usage != nil {
+		t.Errorf("second result = %+v", res)
+	}
+}

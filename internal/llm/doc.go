@@ -1,0 +1,21 @@
+// Package llm is a small client for two model APIs, enough for a tool
+// loop: the OpenAI-compatible Chat Completions API (OpenAI itself, and the
+// compatible servers of Ollama, vLLM and llama.cpp) and the Anthropic
+// Messages API.
+//
+// Both are reached through one neutral shape ([Request], [Message],
+// [Response]) so the caller's loop does not depend on the provider. Only
+// what the loop needs is modelled: a system prompt, text, tool calls and
+// tool results, tool definitions with a JSON Schema, and token usage. No
+// streaming: a turn of the loop waits for the whole answer anyway.
+//
+// Every call takes a context and every HTTP request is bound to it. Rate
+// limits (429) and server errors (5xx, and Anthropic's 529 "overloaded")
+// are retried a bounded number of times with exponential backoff, honoring
+// Retry-After in seconds or as an HTTP date. Other failures become an
+// *[APIError] whose Kind says what an operator must fix (a key, a model
+// name), with the provider's own message kept.
+//
+// Tool arguments are kept as the raw text the model produced: a model may
+// write malformed JSON, and the caller decides what to tell it.
+package llm

@@ -1,0 +1,120 @@
+package llm
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Kind says what went wrong with a call, in terms of what to do about it.
+type Kind string
+
+// The kinds of API errors.
+const (
+	// KindAuth: the key was refused (401, 403). Retrying cannot help.
+	KindAuth Kind = "auth"
+	// KindModelNotFound: the model (or the endpoint) does not exist (404,
+	// or a provider error that says so).
+	KindModelNotFound Kind = "model_not_found"
+	// KindRateLimited: 429, still refused after the retries.
+	KindRateLimited Kind = "rate_limited"
+	// KindServer: 5xx or a network failure, still failing after the
+	// retries.
+	KindServer Kind = "server"
+	// KindBadRequest: any other 4xx: the request was refused as malformed
+	// (a schema the provider does not accept, a context too long, ...).
+	KindBadRequest Kind = "bad_request"
+	// KindBadResponse: a 2xx whose body is not what the API promises.
+	KindBadResponse Kind = "bad_response"
+)
+
+// APIError is a failed call. Its message names the provider, the HTTP
+// status, the provider's own words and, where one helps, what to check.
+type APIError struct {
+	Provider string // "openai" or "anthropic"
+	Kind     Kind
+	Status   int    // HTTP status; 0 for a network failure
+	Type     string // the provider's error type or code, if it gave one
+	Message  string // the provider's message, or what failed
+	Hint     string // what to check, e.g. "check OPENAI_API_KEY"
+	// RetryAfter is what the provider asked for on a 429/5xx, if anything.
+	RetryAfter time.Duration
+	// Attempts is how many requests were made in all.
+	Attempts int
+}
+
+func (e *APIError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.Provider)
+	b.WriteString(": ")
+	switch e.Kind {
+	case KindAuth:
+		b.WriteString("authentication failed")
+	case KindModelNotFound:
+		b.WriteString("model not found")
+	case KindRateLimited:
+		b.WriteString("rate limited")
+	case KindServer:
+		b.WriteString("server error")
+	case KindBadRequest:
+		b.WriteString("request refused")
+	case KindBadResponse:
+		b.WriteString("malformed response")
+	}
+	if e.Status != 0 {
+		fmt.Fprintf(&b, " (HTTP %d", e.Status)
+		if e.Type != "" {
+			b.WriteString(", " + e.Type)
+		}
+		b.WriteString(")")
+	}
+	if e.Message != "" {
+		b.WriteString(": " + e.Message)
+	}
+	if e.Attempts > 1 {
+		fmt.Fprintf(&b, " (after %d attempts)", e.Attempts)
+	}
+	if e.Hint != "" {
+		b.WriteString("; " + e.Hint)
+	}
+	return b.String()
+}
+
+// kindOf classifies an HTTP error status and the provider's error type
+// and message.
+func kindOf(status int, typ, msg string) Kind {
+	lower := strings.ToLower(typ + " " + msg)
+	switch {
+	case status == 401 || status == 403:
+		return KindAuth
+	case status == 404,
+		strings.Contains(lower, "model_not_found"),
+		strings.Contains(lower, "model") && (strings.Contains(lower, "not found") || strings.Contains(lower, "does not exist")):
+		return KindModelNotFound
+	case status == 429:
+		return KindRateLimited
+	case status >= 500:
+		return KindServer
+	}
+	return KindBadRequest
+}
+
+// retryable reports whether a status is worth another try: rate limits,
+// server errors and Anthropic's 529 overloaded.
+func retryable(status int) bool {
+	return status == 429 || status == 408 || status >= 500
+}
+
+// hints returns what to check for each kind of error of an API whose key
+// and base URL come from the variables keyVar and urlVar.
+func hints(keyVar, urlVar, model, baseURL string) func(Kind) string {
+	return func(k Kind) string {
+		switch k {
+		case KindAuth:
+			return "check " + keyVar
+		case KindModelNotFound:
+			return fmt.Sprintf("check the model name %q and %s %s", model, urlVar, baseURL)
+		}
+		return ""
+	}
+}
