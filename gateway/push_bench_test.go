@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/gateway/store"
@@ -35,10 +36,11 @@ func BenchmarkPushVsRelay(b *testing.B) {
 		rate  = 1000 // pushes a second of the latency run
 		paced = 3000 // pushes of the latency run
 	)
-	var gwRate, relayRate, ackedRate, gwPaced, relayPaced float64
+	var gwRate, metricsRate, relayRate, ackedRate, gwPaced, relayPaced float64
 	var gwLat, relayLat []time.Duration
 	for range b.N {
 		gwRate = throughput(runPushes(b, viaGateway, burst, 0))
+		metricsRate = throughput(runPushes(b, viaGatewayWithMetrics, burst, 0))
 		relayRate = throughput(runPushes(b, viaRelay(false), burst, 0))
 		ackedRate = throughput(runPushes(b, viaRelay(true), burst, 0))
 		gw := runPushes(b, viaGateway, paced, rate)
@@ -48,6 +50,8 @@ func BenchmarkPushVsRelay(b *testing.B) {
 	}
 	b.ReportMetric(gwPaced/relayPaced, "ratio-at-1000/s")
 	b.ReportMetric(gwRate, "gw-push/s")
+	b.ReportMetric(metricsRate, "gw-metrics-push/s")
+	b.ReportMetric(metricsRate/gwRate, "ratio-metrics")
 	b.ReportMetric(relayRate, "relay-push/s")
 	b.ReportMetric(ackedRate, "acked-relay-push/s")
 	b.ReportMetric(gwRate/relayRate, "ratio")
@@ -111,6 +115,18 @@ func waitFile(b *testing.B, path string) {
 // viaGateway runs the pair as agents of a Gateway with a store.
 func viaGateway(b *testing.B, dir string, reader, controller []string) {
 	b.Helper()
+	runGateway(b, dir, reader, controller, nil)
+}
+
+// viaGatewayWithMetrics is viaGateway recording Prometheus metrics, to
+// weigh what they cost on the push path.
+func viaGatewayWithMetrics(b *testing.B, dir string, reader, controller []string) {
+	b.Helper()
+	runGateway(b, dir, reader, controller, NewMetrics(prometheus.NewRegistry()))
+}
+
+func runGateway(b *testing.B, dir string, reader, controller []string, m *Metrics) {
+	b.Helper()
 	defs := map[string]string{
 		"main.md": fmt.Sprintf(`---
 name: main
@@ -153,7 +169,7 @@ bcp_channels:
 		b.Fatal(err)
 	}
 	defer st.Close()
-	gw, err := New(Config{Set: set, Store: st, Logger: hclog.New(&hclog.LoggerOptions{Output: os.Stderr, Level: hclog.Warn}), Session: SessionConfig{
+	gw, err := New(Config{Set: set, Store: st, Metrics: m, Logger: hclog.New(&hclog.LoggerOptions{Output: os.Stderr, Level: hclog.Warn}), Session: SessionConfig{
 		// The default flood limit (200 lines/s) is for model-driven agents;
 		// the benchmark reader publishes thousands a second.
 		FloodRate: 1e9, FloodBurst: 1e9,
