@@ -40,8 +40,12 @@ func NewAnthropic(baseURL, key, model string, opts Options) *Anthropic {
 			provider:   "anthropic",
 			client:     opts.httpClient(),
 			retry:      opts.Retry,
+			model:      model,
+			key:        key,
+			keyVar:     "ANTHROPIC_API_KEY",
+			baseURL:    baseURL,
+			urlVar:     "ANTHROPIC_BASE_URL",
 			parseError: anthropicError,
-			hint:       hints("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", model, baseURL),
 		},
 	}
 }
@@ -128,12 +132,12 @@ func (c *Anthropic) request(req Request) anRequest {
 	for _, m := range req.Messages {
 		switch m.Role {
 		case RoleUser:
-			if m.Content != "" { // the API refuses empty text blocks
+			if hasText(m.Content) {
 				add("user", anBlock{Type: "text", Text: m.Content})
 			}
 		case RoleAssistant:
 			var blocks []anBlock
-			if m.Content != "" {
+			if hasText(m.Content) {
 				blocks = append(blocks, anBlock{Type: "text", Text: m.Content})
 			}
 			for _, tc := range m.ToolCalls {
@@ -154,6 +158,10 @@ func (c *Anthropic) request(req Request) anRequest {
 	return out
 }
 
+// hasText reports whether s is worth a text block: the API refuses empty
+// and white-space-only ones.
+func hasText(s string) bool { return strings.TrimSpace(s) != "" }
+
 // objectOrEmpty returns args if it is a JSON object, else {}: the API
 // takes only objects as tool input, and a model's malformed arguments
 // were already answered with an error.
@@ -167,7 +175,7 @@ func objectOrEmpty(args string) json.RawMessage {
 
 func (c *Anthropic) response(data []byte) (Response, error) {
 	bad := func(format string, args ...any) (Response, error) {
-		return Response{}, &APIError{Provider: "anthropic", Kind: KindBadResponse, Status: 200, Message: fmt.Sprintf(format, args...), Attempts: 1}
+		return Response{}, c.t.finish(&APIError{Kind: KindBadResponse, Status: 200, Message: fmt.Sprintf(format, args...)})
 	}
 	var r anResponse
 	if err := json.Unmarshal(data, &r); err != nil {
@@ -175,12 +183,13 @@ func (c *Anthropic) response(data []byte) (Response, error) {
 	}
 	if r.Type == "error" {
 		typ, msg := anthropicError(data)
-		return Response{}, &APIError{Provider: "anthropic", Kind: kindOf(200, typ, msg), Status: 200, Type: typ, Message: msg, Attempts: 1}
+		return Response{}, c.t.finish(&APIError{Kind: kindOf(200, typ, msg, c.model), Status: 200, Type: typ, Message: msg})
 	}
 	if r.Type != "message" {
 		return bad("type %q, want message", r.Type)
 	}
-	out := Response{Message: Message{Role: RoleAssistant}, StopReason: r.StopReason}
+	out := Response{Message: Message{Role: RoleAssistant}, StopReason: r.StopReason,
+		Truncated: r.StopReason == "max_tokens" || r.StopReason == "model_context_window_exceeded"}
 	var texts []string
 	for _, b := range r.Content {
 		switch b.Type {

@@ -18,9 +18,15 @@ const (
 	KindModelNotFound Kind = "model_not_found"
 	// KindRateLimited: 429, still refused after the retries.
 	KindRateLimited Kind = "rate_limited"
-	// KindServer: 5xx or a network failure, still failing after the
-	// retries.
+	// KindServer: 5xx, still failing after the retries.
 	KindServer Kind = "server"
+	// KindTimeout: 408, or no answer in time, still failing after the
+	// retries.
+	KindTimeout Kind = "timeout"
+	// KindNetwork: no HTTP answer: the name does not resolve, the TLS
+	// certificate is refused, the URL is malformed, or the connection is
+	// refused or reset (retried; the rest is not, as it would fail again).
+	KindNetwork Kind = "network"
 	// KindBadRequest: any other 4xx: the request was refused as malformed
 	// (a schema the provider does not accept, a context too long, ...).
 	KindBadRequest Kind = "bad_request"
@@ -33,7 +39,7 @@ const (
 type APIError struct {
 	Provider string // "openai" or "anthropic"
 	Kind     Kind
-	Status   int    // HTTP status; 0 for a network failure
+	Status   int    // HTTP status; 0 when there was no HTTP answer
 	Type     string // the provider's error type or code, if it gave one
 	Message  string // the provider's message, or what failed
 	Hint     string // what to check, e.g. "check OPENAI_API_KEY"
@@ -56,6 +62,10 @@ func (e *APIError) Error() string {
 		b.WriteString("rate limited")
 	case KindServer:
 		b.WriteString("server error")
+	case KindTimeout:
+		b.WriteString("timed out")
+	case KindNetwork:
+		b.WriteString("connection failed")
 	case KindBadRequest:
 		b.WriteString("request refused")
 	case KindBadResponse:
@@ -81,16 +91,18 @@ func (e *APIError) Error() string {
 }
 
 // kindOf classifies an HTTP error status and the provider's error type
-// and message.
-func kindOf(status int, typ, msg string) Kind {
-	lower := strings.ToLower(typ + " " + msg)
+// and message. A model is taken as missing only on a 404, on the code
+// model_not_found, or on a message that names the configured model and
+// says it is not found: other messages mention "model" and "not found"
+// for other reasons (a tool or a file not found).
+func kindOf(status int, typ, msg, model string) Kind {
 	switch {
 	case status == 401 || status == 403:
 		return KindAuth
-	case status == 404,
-		strings.Contains(lower, "model_not_found"),
-		strings.Contains(lower, "model") && (strings.Contains(lower, "not found") || strings.Contains(lower, "does not exist")):
+	case status == 404, typ == "model_not_found", namesMissingModel(msg, model):
 		return KindModelNotFound
+	case status == 408:
+		return KindTimeout
 	case status == 429:
 		return KindRateLimited
 	case status >= 500:
@@ -99,22 +111,16 @@ func kindOf(status int, typ, msg string) Kind {
 	return KindBadRequest
 }
 
-// retryable reports whether a status is worth another try: rate limits,
-// server errors and Anthropic's 529 overloaded.
-func retryable(status int) bool {
-	return status == 429 || status == 408 || status >= 500
+// namesMissingModel reports whether msg says that model is not found, as
+// Ollama does with a 400: model "llama9" not found, try pulling it first.
+func namesMissingModel(msg, model string) bool {
+	lower := strings.ToLower(msg)
+	return model != "" && strings.Contains(lower, strings.ToLower(model)) &&
+		(strings.Contains(lower, "not found") || strings.Contains(lower, "does not exist"))
 }
 
-// hints returns what to check for each kind of error of an API whose key
-// and base URL come from the variables keyVar and urlVar.
-func hints(keyVar, urlVar, model, baseURL string) func(Kind) string {
-	return func(k Kind) string {
-		switch k {
-		case KindAuth:
-			return "check " + keyVar
-		case KindModelNotFound:
-			return fmt.Sprintf("check the model name %q and %s %s", model, urlVar, baseURL)
-		}
-		return ""
-	}
+// retryable reports whether a status is worth another try: rate limits,
+// request timeouts, server errors and Anthropic's 529 overloaded.
+func retryable(status int) bool {
+	return status == 429 || status == 408 || status >= 500
 }

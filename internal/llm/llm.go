@@ -43,7 +43,8 @@ type Tool struct {
 	Name        string
 	Description string
 	// Schema is the JSON Schema of the arguments; its root must be an
-	// object schema without oneOf/anyOf/allOf (both APIs refuse those).
+	// object schema without oneOf/anyOf/allOf (both APIs refuse those
+	// there; anyOf is accepted in nested positions).
 	Schema json.RawMessage
 }
 
@@ -67,7 +68,11 @@ type Response struct {
 	// StopReason is the provider's word for why the model stopped
 	// (end_turn, tool_use, stop, tool_calls, max_tokens, length, ...).
 	StopReason string
-	Usage      Usage
+	// Truncated is true when the answer was cut off by a token limit
+	// (max_tokens, length): its text is incomplete, and so may be the
+	// arguments of its last tool call.
+	Truncated bool
+	Usage     Usage
 }
 
 // Client is a model behind an API.

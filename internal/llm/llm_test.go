@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -35,11 +38,14 @@ func (s *sleeps) got() []time.Duration {
 
 var now = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 
+// noJitter waits the whole backoff, so that tests see exact waits.
+func noJitter(d time.Duration) time.Duration { return d }
+
 // client returns a client of api on srv, with recorded sleeps.
 func client(t *testing.T, api llmtest.API, srv *llmtest.Server, key string) (llm.Client, *sleeps) {
 	t.Helper()
 	s := &sleeps{}
-	opts := llm.Options{Retry: llm.Retry{Sleep: s.sleep, Now: func() time.Time { return now }}}
+	opts := llm.Options{Retry: llm.Retry{Sleep: s.sleep, Now: func() time.Time { return now }, Jitter: noJitter}}
 	env := map[string]string{"OPENAI_BASE_URL": srv.BaseURL(), "ANTHROPIC_BASE_URL": srv.BaseURL(), "OPENAI_API_KEY": key, "ANTHROPIC_API_KEY": key}
 	c, err := llm.New(string(api)+":test-model", func(k string) (string, bool) { v, ok := env[k]; return v, ok }, opts)
 	if err != nil {
@@ -188,9 +194,15 @@ func TestErrors(t *testing.T) {
 			[]string{"model not found (HTTP 404", `check the model name "test-model"`}},
 		{"anthropic unknown model", llmtest.Anthropic, llmtest.Error(llmtest.Anthropic, 404, "not_found_error", "model: nope"), llm.KindModelNotFound,
 			[]string{"anthropic: model not found (HTTP 404, not_found_error): model: nope"}},
-		{"unknown model as 400", llmtest.OpenAI, llmtest.Error(llmtest.OpenAI, 400, "invalid_request_error", `model "nope" not found, try pulling it first`), llm.KindModelNotFound,
+		{"unknown model as 400", llmtest.OpenAI, llmtest.Error(llmtest.OpenAI, 400, "invalid_request_error", `model "test-model" not found, try pulling it first`), llm.KindModelNotFound,
 			[]string{"try pulling it first"}},
-		{"error in a 200", llmtest.OpenAI, llmtest.Reply{Body: `{"error":"model 'nope' not found"}`}, llm.KindModelNotFound, []string{"model 'nope' not found"}},
+		{"model_not_found code", llmtest.OpenAI, llmtest.Error(llmtest.OpenAI, 400, "model_not_found", "no such thing"), llm.KindModelNotFound, []string{"no such thing"}},
+		{"error in a 200", llmtest.OpenAI, llmtest.Reply{Body: `{"error":"model 'test-model' not found"}`}, llm.KindModelNotFound, []string{"model 'test-model' not found"}},
+		// "model" and "not found" in a message about something else.
+		{"other thing not found", llmtest.OpenAI, llmtest.Error(llmtest.OpenAI, 400, "invalid_request_error", "model context: tool 'lookup' not found"), llm.KindBadRequest,
+			[]string{"request refused (HTTP 400", "tool 'lookup' not found"}},
+		{"another model not found", llmtest.OpenAI, llmtest.Error(llmtest.OpenAI, 400, "invalid_request_error", "draft model 'tiny' not found"), llm.KindBadRequest,
+			[]string{"request refused"}},
 		{"bad request", llmtest.Anthropic, llmtest.Error(llmtest.Anthropic, 400, "invalid_request_error", "prompt is too long"), llm.KindBadRequest, []string{"request refused", "prompt is too long"}},
 		{"openai not JSON", llmtest.OpenAI, llmtest.Reply{Body: `<html>gateway</html>`}, llm.KindBadResponse, []string{"openai: malformed response"}},
 		{"anthropic not JSON", llmtest.Anthropic, llmtest.Reply{Body: `{"type":"message","content":[`}, llm.KindBadResponse, []string{"anthropic: malformed response"}},
@@ -250,6 +262,13 @@ func TestRetries(t *testing.T) {
 				llmtest.Error(llmtest.OpenAI, 429, "", "still slow"),
 			},
 			[]time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}, llm.KindRateLimited, "still slow (after 5 attempts)"},
+		{"408 is retried, then reported as a timeout", llmtest.Anthropic,
+			[]llmtest.Reply{
+				llmtest.Error(llmtest.Anthropic, 408, "timeout_error", "slow"), llmtest.Error(llmtest.Anthropic, 408, "timeout_error", "slow"),
+				llmtest.Error(llmtest.Anthropic, 408, "timeout_error", "slow"), llmtest.Error(llmtest.Anthropic, 408, "timeout_error", "slow"),
+				llmtest.Error(llmtest.Anthropic, 408, "timeout_error", "Request timed out"),
+			},
+			[]time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}, llm.KindTimeout, "anthropic: timed out (HTTP 408, timeout_error): Request timed out (after 5 attempts)"},
 		{"a Retry-After too long is not waited for", llmtest.OpenAI,
 			[]llmtest.Reply{withHeader(llmtest.Error(llmtest.OpenAI, 429, "insufficient_quota", "quota spent"), "Retry-After", "86400")},
 			nil, llm.KindRateLimited, "asks to retry after 24h0m0s"},
@@ -295,16 +314,249 @@ func TestRetryStopsWhenContextEnds(t *testing.T) {
 	}
 }
 
+// A refused connection may pass (a local server restarting): it is
+// retried, then reported with the base URL to check.
 func TestNetworkFailureIsRetriedThenReported(t *testing.T) {
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closed.Close() // nothing listens on its address any more
 	s := &sleeps{}
-	c := llm.NewAnthropic("http://127.0.0.1:1", "k", "m", llm.Options{Retry: llm.Retry{MaxRetries: 2, Sleep: s.sleep}})
+	c := llm.NewAnthropic(closed.URL, "k", "m", llm.Options{Retry: llm.Retry{MaxRetries: 2, Sleep: s.sleep, Jitter: noJitter}})
 	_, err := c.Complete(context.Background(), llm.Request{Messages: []llm.Message{{Role: llm.RoleUser, Content: "x"}}})
 	var apiErr *llm.APIError
-	if !errors.As(err, &apiErr) || apiErr.Kind != llm.KindServer || apiErr.Attempts != 3 {
+	if !errors.As(err, &apiErr) || apiErr.Kind != llm.KindNetwork || apiErr.Attempts != 3 {
 		t.Fatalf("error %v", err)
 	}
-	if len(s.got()) != 2 {
-		t.Errorf("sleeps %v, want 2", s.got())
+	for _, want := range []string{"anthropic: connection failed: ", "connection refused", "(after 3 attempts)", "check ANTHROPIC_BASE_URL " + closed.URL} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	if got := s.got(); !equalDurations(got, []time.Duration{time.Second, 2 * time.Second}) {
+		t.Errorf("sleeps %v, want [1s 2s]", got)
+	}
+}
+
+// failingDial is a transport whose every connection fails with err.
+func failingDial(err error) *http.Client {
+	return &http.Client{Transport: &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) { return nil, err }}}
+}
+
+// Failures that another attempt cannot fix are reported at once, with
+// the base URL to check when there was no HTTP answer.
+func TestNetworkFailuresThatAreNotRetried(t *testing.T) {
+	tlsSrv := httptest.NewTLSServer(http.NotFoundHandler()) // its certificate is trusted by no one
+	defer tlsSrv.Close()
+	plain := llmtest.New(t, llmtest.Anthropic, func(llmtest.Request) llmtest.Reply { return llmtest.Text(llmtest.Anthropic, "hi") })
+	huge := llmtest.New(t, llmtest.Anthropic, func(llmtest.Request) llmtest.Reply {
+		return llmtest.Reply{Body: `{"type":"message","content":[{"type":"text","text":"` + strings.Repeat("x", 16<<20) + `"}]}`}
+	})
+	tests := []struct {
+		name    string
+		baseURL string
+		client  *http.Client
+		kind    llm.Kind
+		want    []string
+	}{
+		{"unknown host", "http://api.example.invalid", failingDial(&net.DNSError{Err: "no such host", Name: "api.example.invalid", IsNotFound: true}),
+			llm.KindNetwork, []string{"connection failed", "no such host", "check ANTHROPIC_BASE_URL http://api.example.invalid"}},
+		{"untrusted certificate", tlsSrv.URL, nil, llm.KindNetwork, []string{"certificate", "check ANTHROPIC_BASE_URL " + tlsSrv.URL}},
+		{"https to a plain HTTP server", strings.Replace(plain.BaseURL(), "http://", "https://", 1), nil, llm.KindNetwork, []string{"connection failed", "check ANTHROPIC_BASE_URL"}},
+		{"malformed URL", "http://bad host", nil, llm.KindNetwork, []string{"connection failed", "invalid character"}},
+		{"body too large", huge.BaseURL(), nil, llm.KindBadResponse, []string{"malformed response (HTTP 200): response body over 16 MiB"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &sleeps{}
+			c := llm.NewAnthropic(tt.baseURL, "k", "m", llm.Options{HTTPClient: tt.client, Retry: llm.Retry{Sleep: s.sleep}})
+			_, err := c.Complete(context.Background(), llm.Request{Messages: []llm.Message{{Role: llm.RoleUser, Content: "x"}}})
+			var apiErr *llm.APIError
+			if !errors.As(err, &apiErr) || apiErr.Kind != tt.kind || apiErr.Attempts != 1 {
+				t.Fatalf("error %v, want kind %s after 1 attempt", err, tt.kind)
+			}
+			for _, want := range tt.want {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q lacks %q", err, want)
+				}
+			}
+			if len(s.got()) != 0 {
+				t.Errorf("retried after %v", s.got())
+			}
+		})
+	}
+}
+
+// A server that does not answer in time is given up on per attempt, and
+// the attempt is retried.
+func TestResponseHeaderTimeout(t *testing.T) {
+	release := make(chan struct{})
+	srv := llmtest.New(t, llmtest.OpenAI, func(llmtest.Request) llmtest.Reply {
+		<-release
+		return llmtest.Text(llmtest.OpenAI, "too late")
+	})
+	t.Cleanup(func() { close(release) }) // before the server closes: cleanups run last first
+	s := &sleeps{}
+	c := llm.NewOpenAI(srv.BaseURL(), "k", "m", llm.Options{ResponseHeaderTimeout: 10 * time.Millisecond, Retry: llm.Retry{MaxRetries: 1, Sleep: s.sleep, Jitter: noJitter}})
+	_, err := c.Complete(context.Background(), llm.Request{Messages: []llm.Message{{Role: llm.RoleUser, Content: "x"}}})
+	var apiErr *llm.APIError
+	if !errors.As(err, &apiErr) || apiErr.Kind != llm.KindTimeout || apiErr.Attempts != 2 {
+		t.Fatalf("error %v, want a timeout after 2 attempts", err)
+	}
+	for _, want := range []string{"openai: timed out: ", "timeout awaiting response headers", "check OPENAI_BASE_URL"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+}
+
+// Backoff waits are drawn with full jitter: each is Jitter of the
+// exponential backoff; Retry-After is waited as the server says.
+func TestBackoffJitter(t *testing.T) {
+	srv := llmtest.New(t, llmtest.OpenAI, func(r llmtest.Request) llmtest.Reply {
+		switch r.N {
+		case 1, 2:
+			return llmtest.Error(llmtest.OpenAI, 503, "", "busy")
+		case 3:
+			return withHeader(llmtest.Error(llmtest.OpenAI, 429, "", "slow"), "Retry-After", "3")
+		}
+		return llmtest.Text(llmtest.OpenAI, "ok")
+	})
+	s := &sleeps{}
+	var asked []time.Duration
+	half := func(d time.Duration) time.Duration { asked = append(asked, d); return d / 2 }
+	c := llm.NewOpenAI(srv.BaseURL(), "k", "m", llm.Options{Retry: llm.Retry{Sleep: s.sleep, Jitter: half}})
+	if _, err := c.Complete(context.Background(), llm.Request{Messages: []llm.Message{{Role: llm.RoleUser, Content: "x"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.got(); !equalDurations(got, []time.Duration{500 * time.Millisecond, time.Second, 3 * time.Second}) {
+		t.Errorf("sleeps %v, want [500ms 1s 3s]", got)
+	}
+	if !equalDurations(asked[:2], []time.Duration{time.Second, 2 * time.Second}) {
+		t.Errorf("jitter asked for %v", asked)
+	}
+}
+
+// The configured key never appears in an error, wherever the server
+// echoed it: the provider's message, a raw body, the error type.
+func TestErrorsRedactTheKey(t *testing.T) {
+	const key = "sk-secret-0123456789"
+	tests := []struct {
+		name  string
+		api   llmtest.API
+		reply llmtest.Reply
+	}{
+		{"openai message", llmtest.OpenAI, llmtest.Error(llmtest.OpenAI, 401, "invalid_api_key", "Incorrect API key provided: "+key)},
+		{"proxy echoing the header", llmtest.OpenAI, llmtest.Reply{Status: 403, Body: "forbidden: Authorization: Bearer " + key}},
+		{"anthropic message", llmtest.Anthropic, llmtest.Error(llmtest.Anthropic, 400, "invalid_request_error", "bad x-api-key "+key+" for this org")},
+		{"error in a 200", llmtest.OpenAI, llmtest.Reply{Body: `{"error":{"message":"key ` + key + ` is disabled","code":"` + key + `"}}`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := llmtest.New(t, tt.api, func(llmtest.Request) llmtest.Reply { return tt.reply })
+			c, _ := client(t, tt.api, srv, key)
+			_, err := c.Complete(context.Background(), llm.Request{Messages: []llm.Message{{Role: llm.RoleUser, Content: "x"}}})
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if strings.Contains(err.Error(), key) || strings.Contains(err.Error(), "0123456789") {
+				t.Errorf("error %q holds the key", err)
+			}
+			if !strings.Contains(err.Error(), "[redacted]") {
+				t.Errorf("error %q does not say what was redacted", err)
+			}
+		})
+	}
+}
+
+// rewrite sends every request to target, whatever its URL: to play
+// api.openai.com locally.
+type rewrite struct{ target *url.URL }
+
+func (r rewrite) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context())
+	req.URL.Scheme, req.URL.Host = r.target.Scheme, r.target.Host
+	return http.DefaultTransport.RoundTrip(req)
+}
+
+// OpenAI's own API gets max_completion_tokens (its o-series and gpt-5
+// models refuse max_tokens); compatible servers get max_tokens.
+func TestOpenAITokenCap(t *testing.T) {
+	srv := llmtest.New(t, llmtest.OpenAI, func(llmtest.Request) llmtest.Reply { return llmtest.Text(llmtest.OpenAI, "hi") })
+	target, err := url.Parse(srv.BaseURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		baseURL   string
+		maxTokens int
+		want      string // the key sent, or "" for none
+	}{
+		{"https://api.openai.com/v1", 300, "max_completion_tokens"},
+		{"https://API.OpenAI.com:443/v1", 300, "max_completion_tokens"},
+		{"http://localhost:11434/v1", 300, "max_tokens"},
+		{"https://api.openai.com.example.net/v1", 300, "max_tokens"},
+		{"https://api.openai.com/v1", 0, ""},
+	}
+	for _, tt := range tests {
+		c := llm.NewOpenAI(tt.baseURL, "k", "m", llm.Options{MaxTokens: tt.maxTokens, HTTPClient: &http.Client{Transport: rewrite{target}}})
+		if _, err := c.Complete(context.Background(), llm.Request{Messages: []llm.Message{{Role: llm.RoleUser, Content: "x"}}}); err != nil {
+			t.Fatal(err)
+		}
+		reqs := srv.Requests()
+		var body map[string]any
+		if err := json.Unmarshal(reqs[len(reqs)-1].Body, &body); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []string{"max_tokens", "max_completion_tokens"} {
+			if v, ok := body[k]; ok != (k == tt.want) || (ok && v != float64(tt.maxTokens)) {
+				t.Errorf("%s, cap %d: %s = %v, want only %q", tt.baseURL, tt.maxTokens, k, v, tt.want)
+			}
+		}
+	}
+}
+
+// Tool-call ids made up for servers that send none do not repeat across
+// answers: the conversation sends them all back.
+func TestSynthesizedToolCallIDsAreUnique(t *testing.T) {
+	srv := llmtest.New(t, llmtest.OpenAI, func(llmtest.Request) llmtest.Reply {
+		return llmtest.ToolCalls(llmtest.OpenAI, "", llmtest.Call{Name: "ReadFile", Args: `{}`}, llmtest.Call{Name: "ReadFile", Args: `{}`})
+	})
+	c := llm.NewOpenAI(srv.BaseURL(), "", "m", llm.Options{})
+	seen := map[string]bool{}
+	for range 2 {
+		resp, err := c.Complete(context.Background(), llm.Request{Messages: []llm.Message{{Role: llm.RoleUser, Content: "x"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range resp.Message.ToolCalls {
+			if tc.ID == "" || seen[tc.ID] {
+				t.Errorf("id %q repeated or empty (seen %v)", tc.ID, seen)
+			}
+			seen[tc.ID] = true
+		}
+	}
+}
+
+// An answer cut off by the token limit says so, in both APIs.
+func TestTruncatedAnswer(t *testing.T) {
+	for _, api := range []llmtest.API{llmtest.OpenAI, llmtest.Anthropic} {
+		t.Run(string(api), func(t *testing.T) {
+			srv := llmtest.New(t, api, func(r llmtest.Request) llmtest.Reply {
+				if r.N == 1 {
+					return llmtest.CutOff(api, "I will rea", llmtest.Call{ID: "c1", Name: "ReadFile", Args: `{"path":"a"}`})
+				}
+				return llmtest.ToolCalls(api, "done", llmtest.Call{ID: "c2", Name: "ReadFile", Args: `{"path":"a"}`})
+			})
+			c, _ := client(t, api, srv, "key")
+			req := llm.Request{Messages: []llm.Message{{Role: llm.RoleUser, Content: "x"}}}
+			resp, err := c.Complete(context.Background(), req)
+			if err != nil || !resp.Truncated || resp.StopReason == "" {
+				t.Fatalf("resp %+v, err %v: want truncated", resp, err)
+			}
+			resp, err = c.Complete(context.Background(), req)
+			if err != nil || resp.Truncated {
+				t.Fatalf("resp %+v, err %v: want not truncated", resp, err)
+			}
+		})
 	}
 }
 

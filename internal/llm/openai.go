@@ -5,16 +5,26 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
+	"sync/atomic"
 )
 
 // OpenAI is a model behind the Chat Completions API: OpenAI's, or a
 // compatible server (Ollama, vLLM, llama.cpp) at another base URL.
 type OpenAI struct {
-	baseURL string // up to and including /v1
-	key     string // may be empty for a local server
-	model   string
-	t       transport
+	baseURL   string // up to and including /v1
+	key       string // may be empty for a local server
+	model     string
+	maxTokens int // 0: none sent
+	// completionTokens sends the cap as max_completion_tokens, which
+	// OpenAI's own API wants (its o-series and gpt-5 models refuse
+	// max_tokens) but compatible servers may not know.
+	completionTokens bool
+	t                transport
+	// synthesized numbers the tool-call ids made up for servers that send
+	// none: ids must be unique across the conversation.
+	synthesized atomic.Int64
 }
 
 // NewOpenAI returns a client for model at baseURL (for example
@@ -22,17 +32,29 @@ type OpenAI struct {
 // sends no Authorization header, as local servers expect.
 func NewOpenAI(baseURL, key, model string, opts Options) *OpenAI {
 	return &OpenAI{
-		baseURL: strings.TrimRight(baseURL, "/"),
-		key:     key,
-		model:   model,
+		baseURL:          strings.TrimRight(baseURL, "/"),
+		key:              key,
+		model:            model,
+		maxTokens:        max(opts.MaxTokens, 0),
+		completionTokens: isOpenAIHost(baseURL),
 		t: transport{
 			provider:   "openai",
 			client:     opts.httpClient(),
 			retry:      opts.Retry,
+			model:      model,
+			key:        key,
+			keyVar:     "OPENAI_API_KEY",
+			baseURL:    baseURL,
+			urlVar:     "OPENAI_BASE_URL",
 			parseError: openAIError,
-			hint:       hints("OPENAI_API_KEY", "OPENAI_BASE_URL", model, baseURL),
 		},
 	}
+}
+
+// isOpenAIHost reports whether baseURL is OpenAI's own API.
+func isOpenAIHost(baseURL string) bool {
+	u, err := url.Parse(baseURL)
+	return err == nil && strings.EqualFold(u.Hostname(), "api.openai.com")
 }
 
 // Provider returns "openai".
@@ -67,10 +89,11 @@ type oaTool struct {
 }
 
 type oaRequest struct {
-	Model     string      `json:"model"`
-	Messages  []oaMessage `json:"messages"`
-	Tools     []oaTool    `json:"tools,omitempty"`
-	MaxTokens int         `json:"max_tokens,omitempty"`
+	Model               string      `json:"model"`
+	Messages            []oaMessage `json:"messages"`
+	Tools               []oaTool    `json:"tools,omitempty"`
+	MaxTokens           int         `json:"max_tokens,omitempty"`
+	MaxCompletionTokens int         `json:"max_completion_tokens,omitempty"`
 }
 
 // oaResponse is decoded loosely: compatible servers differ in details.
@@ -114,6 +137,11 @@ func (c *OpenAI) Complete(ctx context.Context, req Request) (Response, error) {
 
 func (c *OpenAI) request(req Request) oaRequest {
 	out := oaRequest{Model: c.model}
+	if c.completionTokens {
+		out.MaxCompletionTokens = c.maxTokens
+	} else {
+		out.MaxTokens = c.maxTokens
+	}
 	if req.System != "" {
 		out.Messages = append(out.Messages, oaMessage{Role: "system", Content: ptr(req.System)})
 	}
@@ -154,7 +182,7 @@ func (c *OpenAI) request(req Request) oaRequest {
 
 func (c *OpenAI) response(data []byte) (Response, error) {
 	bad := func(format string, args ...any) (Response, error) {
-		return Response{}, &APIError{Provider: "openai", Kind: KindBadResponse, Status: 200, Message: fmt.Sprintf(format, args...), Attempts: 1}
+		return Response{}, c.t.finish(&APIError{Kind: KindBadResponse, Status: 200, Message: fmt.Sprintf(format, args...)})
 	}
 	var r oaResponse
 	if err := json.Unmarshal(data, &r); err != nil {
@@ -163,7 +191,7 @@ func (c *OpenAI) response(data []byte) (Response, error) {
 	if len(r.Choices) == 0 {
 		// Some compatible servers answer an error with 200.
 		if typ, msg := openAIError(data); msg != "" {
-			return Response{}, &APIError{Provider: "openai", Kind: kindOf(200, typ, msg), Status: 200, Type: typ, Message: msg, Attempts: 1}
+			return Response{}, c.t.finish(&APIError{Kind: kindOf(200, typ, msg, c.model), Status: 200, Type: typ, Message: msg})
 		}
 		return bad("no choices in the answer")
 	}
@@ -172,8 +200,8 @@ func (c *OpenAI) response(data []byte) (Response, error) {
 	if err != nil {
 		return bad("message content: %v", err)
 	}
-	out := Response{Message: Message{Role: RoleAssistant, Content: text}, StopReason: choice.FinishReason}
-	for i, tc := range choice.Message.ToolCalls {
+	out := Response{Message: Message{Role: RoleAssistant, Content: text}, StopReason: choice.FinishReason, Truncated: choice.FinishReason == "length"}
+	for _, tc := range choice.Message.ToolCalls {
 		args := string(tc.Function.Arguments)
 		// Arguments are a JSON string holding JSON; a server that sends
 		// the object itself is taken as it is.
@@ -183,7 +211,9 @@ func (c *OpenAI) response(data []byte) (Response, error) {
 		}
 		id := tc.ID
 		if id == "" {
-			id = fmt.Sprintf("call_%d", i) // some local servers send none
+			// Some local servers send none; the id is sent back with the
+			// result and must not repeat one of an earlier answer.
+			id = fmt.Sprintf("call_bcp_%d", c.synthesized.Add(1))
 		}
 		out.Message.ToolCalls = append(out.Message.ToolCalls, ToolCall{ID: id, Name: tc.Function.Name, Arguments: args})
 	}

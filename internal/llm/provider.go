@@ -14,11 +14,26 @@ const (
 	DefaultAnthropicBaseURL = "https://api.anthropic.com"
 )
 
+// DefaultResponseHeaderTimeout bounds the wait for an answer's headers.
+// Without streaming, the headers come only once the model has written its
+// whole answer, so this is generous.
+const DefaultResponseHeaderTimeout = 5 * time.Minute
+
+// bodyTimeout bounds reading a body after its headers: a non-streamed
+// answer is sent at once, so a body that trickles longer is a stuck
+// connection.
+const bodyTimeout = time.Minute
+
 // Options are the settings common to both clients.
 type Options struct {
-	// HTTPClient makes the requests (default: a client with a 5-minute
-	// timeout per request, which bounds a hung server).
+	// HTTPClient makes the requests (default: a client whose transport
+	// waits ResponseHeaderTimeout for each attempt's headers).
 	HTTPClient *http.Client
+	// ResponseHeaderTimeout bounds each attempt's wait for the answer's
+	// headers (default DefaultResponseHeaderTimeout). A hung server times
+	// out, and the attempt is retried like a transient failure. Ignored
+	// when HTTPClient is set: set it on that client's transport.
+	ResponseHeaderTimeout time.Duration
 	// Retry bounds the retries on rate limits and server errors.
 	Retry Retry
 	// MaxTokens caps the answer's tokens. Anthropic requires a cap
@@ -30,7 +45,13 @@ func (o Options) httpClient() *http.Client {
 	if o.HTTPClient != nil {
 		return o.HTTPClient
 	}
-	return &http.Client{Timeout: 5 * time.Minute}
+	headers := o.ResponseHeaderTimeout
+	if headers <= 0 {
+		headers = DefaultResponseHeaderTimeout
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.ResponseHeaderTimeout = headers
+	return &http.Client{Transport: t, Timeout: headers + bodyTimeout}
 }
 
 // ErrNoModel is returned by New for an empty model.

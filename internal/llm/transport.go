@@ -6,14 +6,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
+	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
-// Retry bounds how a call is retried on 429, 408, 5xx and network
-// failures. The zero value of a field means its default.
+// Retry bounds how a call is retried on 429, 408, 5xx and transient
+// network failures. The zero value of a field means its default.
 type Retry struct {
 	// MaxRetries is how many times a call is retried after the first
 	// attempt (default 4; negative: never).
@@ -30,6 +34,12 @@ type Retry struct {
 	Sleep func(ctx context.Context, d time.Duration) error
 	// Now is the clock for Retry-After dates (default time.Now).
 	Now func() time.Time
+	// Jitter returns the wait actually used for a backoff of d, a duration
+	// in [0, d] (default: uniformly random, "full jitter"). Without it,
+	// agents that were rate-limited together would retry together and be
+	// rate-limited again. Tests replace it to get exact waits. A
+	// Retry-After is waited for as the server says, without jitter.
+	Jitter func(d time.Duration) time.Duration
 }
 
 func (r Retry) withDefaults() Retry {
@@ -54,16 +64,27 @@ func (r Retry) withDefaults() Retry {
 	if r.Now == nil {
 		r.Now = time.Now
 	}
+	if r.Jitter == nil {
+		r.Jitter = fullJitter
+	}
 	return r
 }
 
-// backoff is the wait before retry n (0 for the first retry).
+// backoff is the exponential backoff before retry n (0 for the first
+// retry), before jitter.
 func (r Retry) backoff(n int) time.Duration {
 	d := r.Base
 	for i := 0; i < n && d < r.Max; i++ {
 		d *= 2
 	}
 	return min(d, r.Max)
+}
+
+func fullJitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return time.Duration(rand.Int64N(int64(d) + 1))
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
@@ -101,16 +122,26 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 // maxBody bounds a response body: a model's answer is far smaller.
 const maxBody = 16 << 20
 
-// transport posts JSON to one API with retries.
+// errBodyTooLarge is a response body over maxBody.
+var errBodyTooLarge = errors.New("response body over 16 MiB")
+
+// minSecretLen is the shortest key that is redacted from messages. A
+// shorter "key" (local servers take any) protects nothing, and replacing
+// a short word everywhere would garble the messages.
+const minSecretLen = 4
+
+// transport posts JSON to one API with retries, and makes its failures
+// into *APIError.
 type transport struct {
 	provider string
 	client   *http.Client
 	retry    Retry
+	// model, key, keyVar, baseURL and urlVar are for messages: hints name
+	// the variables to check, and the key is redacted.
+	model, key, keyVar, baseURL, urlVar string
 	// parseError reads the provider's error type and message from an
 	// error body.
 	parseError func(body []byte) (typ, msg string)
-	// hint says what to check for an error kind.
-	hint func(Kind) string
 }
 
 // post sends body to url and returns the body of a 2xx answer. Failures
@@ -123,9 +154,16 @@ func (t *transport) post(ctx context.Context, url string, header http.Header, bo
 			return nil, ctx.Err()
 		}
 		var apiErr *APIError
+		again := false
 		switch {
+		case errors.Is(err, errBodyTooLarge):
+			apiErr = &APIError{Kind: KindBadResponse, Status: status, Message: err.Error()}
 		case err != nil:
-			apiErr = &APIError{Provider: t.provider, Kind: KindServer, Message: err.Error()}
+			apiErr = &APIError{Kind: KindNetwork, Message: err.Error()}
+			again = transient(err)
+			if isTimeout(err) {
+				apiErr.Kind = KindTimeout
+			}
 		case status >= 200 && status < 300:
 			return respBody, nil
 		default:
@@ -133,19 +171,19 @@ func (t *transport) post(ctx context.Context, url string, header http.Header, bo
 			if msg == "" {
 				msg = strings.TrimSpace(string(respBody[:min(len(respBody), 300)]))
 			}
-			apiErr = &APIError{Provider: t.provider, Kind: kindOf(status, typ, msg), Status: status, Type: typ, Message: msg}
+			apiErr = &APIError{Kind: kindOf(status, typ, msg, t.model), Status: status, Type: typ, Message: msg}
 			apiErr.RetryAfter = parseRetryAfter(respHeader.Get("Retry-After"), retry.Now())
+			again = retryable(status)
 		}
 		apiErr.Attempts = attempt
-		apiErr.Hint = t.hint(apiErr.Kind)
-		if (err == nil && !retryable(status)) || attempt > retry.MaxRetries {
-			return nil, apiErr
+		if !again || attempt > retry.MaxRetries {
+			return nil, t.finish(apiErr)
 		}
-		wait := retry.backoff(attempt - 1)
+		wait := retry.Jitter(retry.backoff(attempt - 1))
 		if apiErr.RetryAfter > 0 {
 			if apiErr.RetryAfter > retry.MaxRetryAfter {
 				apiErr.Message += fmt.Sprintf(" (the server asks to retry after %s, longer than the %s bcp-agent waits)", apiErr.RetryAfter, retry.MaxRetryAfter)
-				return nil, apiErr
+				return nil, t.finish(apiErr)
 			}
 			wait = apiErr.RetryAfter
 		}
@@ -155,7 +193,72 @@ func (t *transport) post(ctx context.Context, url string, header http.Header, bo
 	}
 }
 
-// once makes one request. err is a network failure or an unreadable body.
+// finish completes an error for the caller: it names the provider, adds
+// what to check, and redacts the key from the provider's words. A proxy
+// or a compatible server may echo the request's headers in an error, and
+// these messages go to the gateway's audit log.
+func (t *transport) finish(e *APIError) *APIError {
+	e.Provider = t.provider
+	e.Message = t.redact(e.Message)
+	e.Type = t.redact(e.Type)
+	if e.Attempts == 0 {
+		e.Attempts = 1
+	}
+	e.Hint = t.hint(e)
+	return e
+}
+
+// redact replaces the key in s, and so also "Bearer <key>".
+func (t *transport) redact(s string) string {
+	if len(t.key) < minSecretLen {
+		return s
+	}
+	return strings.ReplaceAll(s, t.key, "[redacted]")
+}
+
+// hint says what an operator should check for e, or "".
+func (t *transport) hint(e *APIError) string {
+	switch {
+	case e.Kind == KindAuth:
+		return "check " + t.keyVar
+	case e.Kind == KindModelNotFound:
+		return fmt.Sprintf("check the model name %q and %s %s", t.model, t.urlVar, redactURL(t.baseURL))
+	case e.Status == 0 && (e.Kind == KindNetwork || e.Kind == KindTimeout):
+		// No HTTP answer at all: most often a wrong base URL, or a local
+		// server that is not running.
+		return fmt.Sprintf("check %s %s", t.urlVar, redactURL(t.baseURL))
+	}
+	return ""
+}
+
+// redactURL hides a password in a base URL written with user info.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return s
+	}
+	return u.Redacted()
+}
+
+// transient reports whether a failure without an HTTP answer may pass on
+// its own: a refused or reset connection (a server restarting, a proxy
+// dropping an idle connection) or a timeout. DNS, TLS and certificate
+// errors, a malformed URL and everything else are not retried: four more
+// attempts would fail the same way, only later.
+func transient(err error) bool {
+	return isTimeout(err) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// once makes one request. err is a failure without an HTTP answer, or
+// errBodyTooLarge with the status of the answer.
 func (t *transport) once(ctx context.Context, url string, header http.Header, body []byte) (int, http.Header, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
@@ -175,7 +278,7 @@ func (t *transport) once(ctx context.Context, url string, header http.Header, bo
 		return 0, nil, nil, fmt.Errorf("read response: %w", err)
 	}
 	if len(data) > maxBody {
-		return 0, nil, nil, errors.New("response body over 16 MiB")
+		return resp.StatusCode, nil, nil, errBodyTooLarge
 	}
 	return resp.StatusCode, resp.Header, data, nil
 }

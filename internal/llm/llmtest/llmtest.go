@@ -2,6 +2,11 @@
 // httptest server, for tests: each request is recorded and answered by a
 // script the test supplies, so a test can make a "model" call tools, write
 // malformed arguments, fail, rate-limit, or refuse a key.
+//
+// Like the real APIs, the server refuses (400, without asking the script)
+// a conversation the real API would refuse: see checkAnthropic and
+// checkOpenAI for the rules. A test whose client breaks one of them sees
+// the request refused, as it would be in production.
 package llmtest
 
 import (
@@ -31,7 +36,10 @@ type Request struct {
 	Path   string
 	Header http.Header
 	Body   []byte
-	api    API
+	// Refused is why the server refused the request as the real API
+	// would (answering 400 without asking the script), or "".
+	Refused string
+	api     API
 }
 
 // Reply is a scripted answer.
@@ -89,7 +97,19 @@ func (s *Server) serve(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, `{"error":{"message":"no such endpoint"}}`, http.StatusNotFound)
 		return
 	}
-	reply := s.script(r)
+	check := checkOpenAI
+	if s.api == Anthropic {
+		check = checkAnthropic
+	}
+	var reply Reply
+	if why := check(body); why != "" {
+		s.mu.Lock()
+		s.requests[r.N-1].Refused = why
+		s.mu.Unlock()
+		reply = Error(s.api, http.StatusBadRequest, "invalid_request_error", why)
+	} else {
+		reply = s.script(r)
+	}
 	for k, v := range reply.Header {
 		w.Header().Set(k, v)
 	}
@@ -237,6 +257,17 @@ func Text(api API, text string) Reply {
 // ToolCalls is an answer with optional text and the given tool calls, with
 // usage of 10 input and 5 output tokens.
 func ToolCalls(api API, text string, calls ...Call) Reply {
+	return answer(api, false, text, calls)
+}
+
+// CutOff is like ToolCalls, but the model was stopped by its token limit
+// (stop_reason max_tokens, finish_reason length): the text, or the last
+// call, is incomplete.
+func CutOff(api API, text string, calls ...Call) Reply {
+	return answer(api, true, text, calls)
+}
+
+func answer(api API, cut bool, text string, calls []Call) Reply {
 	if api == OpenAI {
 		msg := map[string]any{"role": "assistant", "content": text}
 		finish := "stop"
@@ -247,6 +278,9 @@ func ToolCalls(api API, text string, calls ...Call) Reply {
 			}
 			msg["tool_calls"] = tcs
 			finish = "tool_calls"
+		}
+		if cut {
+			finish = "length"
 		}
 		return jsonReply(map[string]any{
 			"id": "chatcmpl-1", "object": "chat.completion",
@@ -262,6 +296,9 @@ func ToolCalls(api API, text string, calls ...Call) Reply {
 	for _, c := range calls {
 		content = append(content, map[string]any{"type": "tool_use", "id": c.ID, "name": c.Name, "input": json.RawMessage(c.Args)})
 		stop = "tool_use"
+	}
+	if cut {
+		stop = "max_tokens"
 	}
 	return jsonReply(map[string]any{
 		"id": "msg_1", "type": "message", "role": "assistant", "model": "fake",
