@@ -18,7 +18,9 @@ func TestCheckAnthropic(t *testing.T) {
 	result := func(id string) string { return `{"type":"tool_result","tool_use_id":"` + id + `","content":"ok"}` }
 	text := func(s string) string { return `{"type":"text","text":"` + s + `"}` }
 	user := func(blocks ...string) string { return `{"role":"user","content":[` + strings.Join(blocks, ",") + `]}` }
-	body := func(extra string, msgs ...string) string { return `{"messages":[` + strings.Join(msgs, ",") + `]` + extra + `}` }
+	body := func(extra string, msgs ...string) string {
+		return `{"messages":[` + strings.Join(msgs, ",") + `]` + extra + `}`
+	}
 	tests := []struct {
 		body string
 		want string // "" when valid
