@@ -39,8 +39,8 @@
 //   - BCPPublish (subscription_id, controller, response): once the
 //     gateway announced subscriptions. Its schema limits subscription_id
 //     and controller to the announced values and gives each
-//     subscription's response shape (see PublishSchema for why the oneOf
-//     is on response rather than at the root).
+//     subscription's response shape (see PublishSchema for why the anyOf
+//     is on response rather than at the root, and why not a oneOf).
 //   - WebFetch (url) and ReadFile (path): content tools for Readers.
 //     WebFetch is never offered to an agent that also holds BCPQuery: a
 //     Controller must not read untrusted content. (A Controller with

@@ -18,6 +18,11 @@ type Schema = map[string]any
 // review for it.
 const plainText = "Plain words only: no links, URLs, Markdown, HTML, code or instructions."
 
+// nonBlank is the pattern of a free-text answer: the gateway refuses an
+// answer that is empty or only white space ("is empty"), which minLength
+// alone would let through.
+const nonBlank = `\S`
+
 // SpecSchema returns the JSON Schema of a response to spec: an object
 // with exactly the spec's keys, all required, nothing else allowed. What
 // JSON Schema can say it says (types, enums, integer ranges, date and
@@ -46,6 +51,7 @@ func SpecSchema(spec bcp.Spec) Schema {
 		props["summary"] = Schema{
 			"type":      "string",
 			"minLength": 1,
+			"pattern":   nonBlank,
 			"description": fmt.Sprintf("%s At most %d words; line breaks are allowed. %s",
 				sentence(spec.Directive), spec.MaxWords, plainText),
 		}
@@ -67,7 +73,9 @@ func fieldSchema(f bcp.Field) Schema {
 	case bcp.Enum:
 		return Schema{"type": "string", "enum": f.Values}
 	case bcp.Integer:
-		s := Schema{"type": "integer"}
+		// JSON Schema counts 3.0 as an integer; the gateway refuses it, so
+		// the description says what "integer" means here.
+		s := Schema{"type": "integer", "description": "A JSON integer, no decimal point."}
 		if f.Min != nil {
 			s["minimum"] = *f.Min
 		}
@@ -75,7 +83,7 @@ func fieldSchema(f bcp.Field) Schema {
 			s["maximum"] = *f.Max
 		}
 		if f.Min != nil && f.Max != nil {
-			s["description"] = fmt.Sprintf("An integer from %d to %d.", *f.Min, *f.Max)
+			s["description"] = fmt.Sprintf("A JSON integer from %d to %d, no decimal point.", *f.Min, *f.Max)
 		}
 		return s
 	}
@@ -87,7 +95,9 @@ func fieldSchema(f bcp.Field) Schema {
 const integerPattern = `^-?(0|[1-9][0-9]*)$`
 
 func questionSchema(q bcp.Question, words int) Schema {
-	s := Schema{"type": "string", "minLength": 1}
+	// Formats with a pattern of their own (date, integer) replace
+	// nonBlank with it below.
+	s := Schema{"type": "string", "minLength": 1, "pattern": nonBlank}
 	limit := fmt.Sprintf("At most %d words.", words)
 	if words == 1 {
 		limit = "One word."
@@ -147,14 +157,20 @@ func querySpec(q runtime.Query) bcp.Spec {
 // announced subscriptions: subscription_id and controller limited to the
 // announced values, and response to the subscription's shape.
 //
-// The natural schema is a oneOf at the root with one branch per
+// The natural schema is a choice at the root with one branch per
 // subscription, each fixing subscription_id and controller. Neither API
 // takes that: both refuse oneOf/anyOf/allOf at the root of a tool's
 // schema. So the root is an object, subscription_id and controller are
-// enums (a single value when there is one subscription), and the oneOf
+// enums (a single value when there is one subscription), and the choice
 // sits on response: one branch per subscription, each titled with the
 // subscription_id and controller it belongs to. Subscriptions with the
 // same shape share a branch.
+//
+// The choice is anyOf, not oneOf: one object may fit several branches
+// (two Cat-3 subscriptions differ only in their directives, which are
+// descriptions; two Cat-2 ones with the same question ids differ only in
+// word limits), and oneOf would then refuse every valid publish. The
+// gateway checks the response against the chosen subscription anyway.
 func PublishSchema(subs []runtime.ActiveSubscription) Schema {
 	var ids, controllers []string
 	type branch struct {
@@ -185,14 +201,14 @@ func PublishSchema(subs []runtime.ActiveSubscription) Schema {
 	if len(branches) == 1 {
 		response = branches[0].schema
 	} else {
-		var oneOf []any
+		var anyOf []any
 		for _, b := range branches {
 			b.schema["title"] = "Response for " + strings.Join(b.names, "; ")
-			oneOf = append(oneOf, b.schema)
+			anyOf = append(anyOf, b.schema)
 		}
 		response = Schema{
 			"description": "The data to publish, in the shape of the chosen subscription: use the branch titled with its subscription_id.",
-			"oneOf":       oneOf,
+			"anyOf":       anyOf,
 		}
 	}
 	return Schema{

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/bcpgw/bcpgw/bcp"
@@ -82,12 +83,16 @@ func TestToolSchemasHaveAnObjectRoot(t *testing.T) {
 			}
 		}
 	}
+	many := PublishSchema(allSubs)["properties"].(Schema)["response"].(Schema)
+	if _, ok := many["oneOf"]; ok {
+		t.Errorf("many subscriptions: response has a oneOf, which refuses an object that fits two branches")
+	}
 	one := PublishSchema(researchSubs[:1])["properties"].(Schema)
 	if ids := one["subscription_id"].(Schema)["enum"]; fmt.Sprint(ids) != "[research-findings]" {
 		t.Errorf("one subscription: subscription_id enum %v", ids)
 	}
-	if _, ok := one["response"].(Schema)["oneOf"]; ok {
-		t.Errorf("one subscription: response has a oneOf")
+	if _, ok := one["response"].(Schema)["anyOf"]; ok {
+		t.Errorf("one subscription: response has an anyOf")
 	}
 }
 
@@ -109,6 +114,8 @@ func TestSpecSchemaAgreesWithValidate(t *testing.T) {
 			{`{"topic":"x","relevance":"04"}`, false},
 			{`{"topic":"x","relevance":"four"}`, false},
 			{`{"topic":"","relevance":"4"}`, false},
+			{`{"topic":"   ","relevance":"4"}`, false},
+			{`{"topic":"\t\n","relevance":"4"}`, false},
 			{`{"topic":7,"relevance":"4"}`, false},
 		},
 		"research-alerts": {
@@ -121,6 +128,8 @@ func TestSpecSchemaAgreesWithValidate(t *testing.T) {
 			{`{"name":"Ada Lovelace","born":"1815-12-10","mail":"ada@example.org","tags":"math, poetry","age":"36"}`, true},
 			{`{"name":"Ada","born":"10/12/1815","mail":"ada@example.org","tags":"x","age":"36"}`, false},
 			{`{"name":"Ada","born":"1815-12-10","mail":"ada@example.org","tags":"x","age":"-1x"}`, false},
+			{`{"name":" ","born":"1815-12-10","mail":"ada@example.org","tags":"x","age":"36"}`, false},
+			{`{"name":"Ada","born":"1815-12-10","mail":"ada@example.org","tags":"  ","age":"36"}`, false},
 		},
 		"score": {
 			{`{"score":-3}`, true},
@@ -132,6 +141,7 @@ func TestSpecSchemaAgreesWithValidate(t *testing.T) {
 		"digest": {
 			{`{"summary":"Two sources changed.\nNothing urgent."}`, true},
 			{`{"summary":""}`, false},
+			{`{"summary":" \n "}`, false},
 			{`{"text":"wrong key"}`, false},
 		},
 	}
@@ -191,6 +201,52 @@ func TestPublishSchemaAcceptsEachSubscription(t *testing.T) {
 	}
 }
 
+// Subscriptions whose shapes differ only in what JSON Schema cannot check
+// (a Cat-3 directive, a Cat-2 word limit) accept the same objects: a
+// publish to either must still pass the schema.
+func TestPublishSchemaOverlappingSubscriptions(t *testing.T) {
+	tests := []struct {
+		name string
+		subs []runtime.ActiveSubscription
+		resp string
+	}{
+		{"two Cat-3", []runtime.ActiveSubscription{
+			{SubscriptionID: "morning", Controller: "main", Category: bcp.Cat3, Directive: "Summarize the morning news", MaxWords: 100},
+			{SubscriptionID: "evening", Controller: "main", Category: bcp.Cat3, Directive: "Summarize the evening news", MaxWords: 100},
+		}, `{"summary":"All quiet."}`},
+		{"two Cat-2 with the same question ids", []runtime.ActiveSubscription{
+			{SubscriptionID: "short", Controller: "main", Category: bcp.Cat2, Questions: []bcp.Question{{ID: "topic", Question: "Topic?", MaxWords: 3}}},
+			{SubscriptionID: "long", Controller: "desk", Category: bcp.Cat2, Questions: []bcp.Question{{ID: "topic", Question: "Topic?", MaxWords: 20}}},
+		}, `{"topic":"Quantum"}`},
+	}
+	for _, tt := range tests {
+		schema := roundTrip(t, PublishSchema(tt.subs))
+		for _, sub := range tt.subs {
+			args := fmt.Sprintf(`{"subscription_id":%q,"controller":%q,"response":%s}`, sub.SubscriptionID, sub.Controller, tt.resp)
+			var v any
+			if err := json.Unmarshal([]byte(args), &v); err != nil {
+				t.Fatal(err)
+			}
+			if err := check(schema, v); err != nil {
+				t.Errorf("%s: %s: %v", tt.name, args, err)
+			}
+		}
+	}
+}
+
+// The gateway refuses 3.0 for an integer field, which JSON Schema counts
+// as an integer: the description says it.
+func TestIntegerFieldSaysNoDecimalPoint(t *testing.T) {
+	for _, f := range []bcp.Field{{Name: "n", Type: bcp.Integer, Min: i64(0), Max: i64(9)}, {Name: "n", Type: bcp.Integer}} {
+		if d, _ := fieldSchema(f)["description"].(string); !strings.Contains(d, "JSON integer") || !strings.Contains(d, "no decimal point") {
+			t.Errorf("%+v: description %q", f, d)
+		}
+	}
+	if _, err := bcp.Validate(bcp.Spec{Category: bcp.Cat1, Fields: []bcp.Field{{Name: "n", Type: bcp.Integer, Min: i64(0), Max: i64(9)}}}, []byte(`{"n":3.0}`)); err == nil {
+		t.Errorf("the gateway takes 3.0 as an integer: the description is wrong")
+	}
+}
+
 func roundTrip(t *testing.T, s Schema) map[string]any {
 	t.Helper()
 	var out map[string]any
@@ -202,9 +258,23 @@ func roundTrip(t *testing.T, s Schema) map[string]any {
 
 // check validates v against the subset of JSON Schema these schemas use
 // (type, enum, minimum, maximum, minLength, pattern, required, properties,
-// additionalProperties false, oneOf, format date). It is a test oracle,
-// not a general validator.
+// additionalProperties false, oneOf, anyOf, format date). It is a test
+// oracle, not a general validator.
 func check(s map[string]any, v any) error {
+	if branches, ok := s["anyOf"].([]any); ok {
+		var errs []string
+		for _, b := range branches {
+			err := check(b.(map[string]any), v)
+			if err == nil {
+				errs = nil
+				break
+			}
+			errs = append(errs, err.Error())
+		}
+		if errs != nil {
+			return fmt.Errorf("matches no anyOf branch: %s", strings.Join(errs, "; "))
+		}
+	}
 	if branches, ok := s["oneOf"].([]any); ok {
 		n := 0
 		for _, b := range branches {
