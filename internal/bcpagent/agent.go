@@ -78,6 +78,7 @@ type Agent struct {
 	subs    []runtime.ActiveSubscription
 	history [][]llm.Message // one entry per finished turn
 	open    *runtime.Query  // the query of the running turn until answered
+	offered map[string]bool // tools offered so far in the session, by name
 
 	// Shared with the SDK's reading goroutine and verdict waiters.
 	mu        sync.Mutex
@@ -107,13 +108,17 @@ func New(cfg Config) *Agent {
 	return &Agent{
 		cfg:       cfg,
 		log:       log.New(cfg.Log, "", 0),
+		offered:   map[string]bool{},
 		pending:   map[string]bool{},
 		abandoned: map[string]bool{},
 	}
 }
 
 // Wait waits for the goroutines that wait for verdicts; they end when the
-// session does. Call it after runtime.Run returned.
+// session does. A program that goes on after runtime.Run returned (a
+// test, an embedding program) calls it so that none outlives the session.
+// cmd/bcp-agent does not: runtime.Main exits the process, which ends
+// them.
 func (a *Agent) Wait() { a.wg.Wait() }
 
 // Handler returns the SDK handler that runs this Agent.
@@ -144,6 +149,12 @@ func (a *Agent) start(ctx context.Context, c *runtime.Client) error {
 		return err
 	}
 	a.log.Printf("[INFO] bcp-agent %s: model %s:%s, tools %s", a.self.Name, a.model.Provider(), a.model.Model(), strings.Join(a.self.Tools, ", "))
+	if a.held[ToolReadFile] && a.held[ToolWebFetch] {
+		a.log.Printf("[WARN] this agent holds both ReadFile and WebFetch: a page it reads can steer it into putting the contents of its files into a URL it fetches; give it a workdir that holds only what it may disclose")
+	}
+	if a.prices == (prices{}) {
+		a.log.Printf("[INFO] no prices configured (BCP_AGENT_USD_PER_MTOK_IN, BCP_AGENT_USD_PER_MTOK_OUT): results report the tokens used, and cost_usd stays 0")
+	}
 	return nil
 }
 

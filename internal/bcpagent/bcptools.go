@@ -52,6 +52,10 @@ func (a *Agent) runQuery(ctx context.Context, c *runtime.Client, raw json.RawMes
 	if args.To == "" {
 		return "", errors.New("BCPQuery needs \"to\": the name of the Reader agent to ask")
 	}
+	if err := ctx.Err(); err != nil {
+		// c.Query would send the query before it looks at ctx.
+		return "", err
+	}
 	id, err := newID("req-")
 	if err != nil {
 		return "", err

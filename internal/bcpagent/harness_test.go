@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +25,36 @@ type gateway struct {
 	done  chan error // Run's error, once
 	agent *Agent
 	audit []runtime.Envelope // text, tool_use, tool_result, log and error messages seen
+	log   *syncBuffer        // the runtime's log (its stderr)
+}
+
+// syncBuffer is a log the runtime writes while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// providers are the APIs the loop tests run against: the loop must make
+// conversations both accept.
+var providers = []llmtest.API{llmtest.OpenAI, llmtest.Anthropic}
+
+// forEachProvider runs f as a subtest per provider.
+func forEachProvider(t *testing.T, f func(t *testing.T, api llmtest.API)) {
+	for _, api := range providers {
+		t.Run(string(api), func(t *testing.T) { f(t, api) })
+	}
 }
 
 // setup is one session's configuration.
@@ -56,9 +87,10 @@ func runAgent(t *testing.T, s setup) *gateway {
 	for k, v := range s.env {
 		env[k] = v
 	}
+	logs := &syncBuffer{}
 	cfg := Config{
 		LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok },
-		Log:       io.Discard,
+		Log:       logs,
 		LLM:       llm.Options{Retry: llm.Retry{Sleep: func(ctx context.Context, _ time.Duration) error { return ctx.Err() }}},
 	}
 	if s.tune != nil {
@@ -67,7 +99,7 @@ func runAgent(t *testing.T, s setup) *gateway {
 	a := New(cfg)
 	stdinR, stdinW := io.Pipe()
 	stdoutR, stdoutW := io.Pipe()
-	g := &gateway{t: t, enc: runtime.NewEncoder(stdinW), msgs: make(chan runtime.Envelope, 100), done: make(chan error, 1), agent: a}
+	g := &gateway{t: t, enc: runtime.NewEncoder(stdinW), msgs: make(chan runtime.Envelope, 100), done: make(chan error, 1), agent: a, log: logs}
 	go func() {
 		err := runtime.Run(context.Background(), stdinR, stdoutW, a.Handler())
 		a.Wait()
@@ -90,6 +122,9 @@ func runAgent(t *testing.T, s setup) *gateway {
 		for range g.msgs { // drain so the runtime never blocks on a write
 		}
 		g.wait()
+		if t.Failed() {
+			t.Logf("runtime log:\n%s", logs)
+		}
 	})
 	model := s.model
 	if model == "" && !s.noModel {

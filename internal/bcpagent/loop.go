@@ -54,7 +54,8 @@ func (a *Agent) turn(ctx context.Context, c *runtime.Client, content string) err
 		if resp.Message.Content != "" {
 			_ = c.Text(cut(resp.Message.Content, auditTextMax))
 		}
-		if len(resp.Message.ToolCalls) == 0 {
+		calls := resp.Message.ToolCalls
+		if len(calls) == 0 {
 			if a.open != nil && !nudged {
 				// One reminder: a query left unanswered only times out.
 				nudged = true
@@ -63,10 +64,32 @@ func (a *Agent) turn(ctx context.Context, c *runtime.Client, content string) err
 					a.open.QueryID, a.open.QueryID)})
 				continue
 			}
+			if resp.Truncated {
+				// The turn's last word is cut off: not a success.
+				err := fmt.Errorf("the model's answer was cut off by its token limit (stop reason %s); raise BCP_AGENT_MAX_TOKENS", resp.StopReason)
+				a.fail(c, err)
+				return err
+			}
 			return nil
 		}
-		for _, call := range resp.Message.ToolCalls {
-			out, isErr := a.call(ctx, c, tools, call)
+		if resp.Truncated {
+			a.log.Printf("[WARN] the model's answer was cut off by its token limit (stop reason %s): its last tool call (%s) is not run, the model is asked to send it again; raise BCP_AGENT_MAX_TOKENS if this recurs",
+				resp.StopReason, calls[len(calls)-1].Name)
+		}
+		// Every call gets a result, run or not: both APIs refuse a
+		// conversation with a tool call left unanswered.
+		for i, call := range calls {
+			notRun := ""
+			switch {
+			case ctx.Err() != nil:
+				// Interrupted: nothing more may reach the gateway.
+				notRun = "not run: turn interrupted"
+			case resp.Truncated && i == len(calls)-1:
+				// Its arguments may be cut off midway: running it could
+				// send half a response.
+				notRun = "not run: your answer was cut off by the token limit, so this call may be incomplete. Send it again in full, shorter if need be"
+			}
+			out, isErr := a.call(ctx, c, tools, call, notRun)
 			msgs = append(msgs, llm.Message{Role: llm.RoleTool, ToolCallID: call.ID, Content: out, IsError: isErr})
 		}
 		if ctx.Err() != nil {
@@ -83,14 +106,22 @@ func (a *Agent) fail(c *runtime.Client, err error) {
 
 // call runs one tool call and returns what the model is told. Unknown
 // tools, malformed arguments and tool failures are told to the model as
-// errors, so it can correct itself; none ends the turn.
-func (a *Agent) call(ctx context.Context, c *runtime.Client, tools []tool, call llm.ToolCall) (string, bool) {
+// errors, so it can correct itself; none ends the turn. A call with a
+// notRun reason is not run: the reason is its error. Either way the call
+// and its result are audited.
+func (a *Agent) call(ctx context.Context, c *runtime.Client, tools []tool, call llm.ToolCall, notRun string) (string, bool) {
 	input := json.RawMessage(call.Arguments)
 	if !json.Valid(input) {
 		input, _ = json.Marshal(call.Arguments) // audited as the string it was
 	}
 	_ = c.ToolUse(call.ID, call.Name, input)
-	out, err := a.run(ctx, c, tools, call)
+	var out string
+	var err error
+	if notRun != "" {
+		err = errors.New(notRun)
+	} else {
+		out, err = a.run(ctx, c, tools, call)
+	}
 	if err != nil {
 		out = err.Error()
 	}
@@ -217,10 +248,15 @@ func (p prices) cost(u llm.Usage) float64 {
 	return (float64(u.InputTokens)*p.in + float64(u.OutputTokens)*p.out) / 1e6
 }
 
-// readPrices reads BCP_AGENT_USD_PER_MTOK_IN and _OUT.
+// readPrices reads BCP_AGENT_USD_PER_MTOK_IN and _OUT, in this order, so
+// that with both wrong the error always names the first.
 func readPrices(env func(string) string) (prices, error) {
 	var p prices
-	for name, dst := range map[string]*float64{"BCP_AGENT_USD_PER_MTOK_IN": &p.in, "BCP_AGENT_USD_PER_MTOK_OUT": &p.out} {
+	for _, price := range []struct {
+		name string
+		dst  *float64
+	}{{"BCP_AGENT_USD_PER_MTOK_IN", &p.in}, {"BCP_AGENT_USD_PER_MTOK_OUT", &p.out}} {
+		name, dst := price.name, price.dst
 		v := env(name)
 		if v == "" {
 			continue

@@ -25,6 +25,11 @@ var errBusy = errors.New("still waiting for the verdict")
 // comes after later ones, so a second send would take the first's
 // verdict. The second is refused to the model instead.
 func (a *Agent) awaitVerdict(ctx context.Context, key, what string, send func(context.Context) (runtime.ValidationResult, error)) (runtime.ValidationResult, bool, error) {
+	if err := ctx.Err(); err != nil {
+		// The send below uses the session's context: an interrupted turn
+		// must not send anything.
+		return runtime.ValidationResult{}, false, err
+	}
 	a.mu.Lock()
 	if a.pending[key] {
 		a.mu.Unlock()
