@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"syscall"
@@ -16,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/net/html"
+	"golang.org/x/net/html/atom"
 	"golang.org/x/net/html/charset"
 
 	"github.com/bcpgw/bcpgw/internal/llm"
@@ -33,9 +35,10 @@ type FetchConfig struct {
 	// characters); it is told when the text was cut.
 	MaxChars int
 	// AllowPrivate lets WebFetch reach loopback, private, link-local and
-	// other non-public addresses. Off by default: a Reader steered by a
-	// page must not probe the operator's network or a cloud metadata
-	// service. The BCP_AGENT_WEBFETCH_PRIVATE=1 environment turns it on.
+	// the other special-purpose addresses (see special). Off by default:
+	// a Reader steered by a page must not probe the operator's network or
+	// a cloud metadata service. The BCP_AGENT_WEBFETCH_PRIVATE=1
+	// environment turns it on.
 	AllowPrivate bool
 }
 
@@ -44,6 +47,9 @@ const maxRedirects = 5
 type fetcher struct {
 	cfg    FetchConfig
 	client *http.Client
+	// allow says whether an address may be dialled; nil allows all
+	// (AllowPrivate). Tests replace it to let one loopback server in.
+	allow func(netip.Addr) error
 }
 
 func newFetcher(cfg FetchConfig) *fetcher {
@@ -56,20 +62,25 @@ func newFetcher(cfg FetchConfig) *fetcher {
 	if cfg.MaxChars <= 0 {
 		cfg.MaxChars = 40_000
 	}
-	dialer := &net.Dialer{Timeout: 10 * time.Second}
+	f := &fetcher{cfg: cfg}
 	if !cfg.AllowPrivate {
-		// Checked on the address actually dialled, after DNS, so a name
-		// that resolves to a private address is refused too.
-		dialer.Control = func(_, address string, _ syscall.RawConn) error {
-			host, _, err := net.SplitHostPort(address)
+		f.allow = publicAddr
+	}
+	dialer := &net.Dialer{
+		Timeout: 10 * time.Second,
+		// Checked on the address actually dialled, after DNS and on every
+		// redirect, so a name or a redirect that leads to a private
+		// address is refused too.
+		Control: func(_, address string, _ syscall.RawConn) error {
+			if f.allow == nil {
+				return nil
+			}
+			ap, err := netip.ParseAddrPort(address)
 			if err != nil {
-				return err
+				return fmt.Errorf("address %s: %w", address, err)
 			}
-			if ip := net.ParseIP(host); ip == nil || !publicIP(ip) {
-				return fmt.Errorf("address %s is not public (loopback, private, link-local or similar): refused", host)
-			}
-			return nil
-		}
+			return f.allow(ap.Addr())
+		},
 	}
 	transport := &http.Transport{
 		Proxy:                 nil, // never through a proxy from the environment
@@ -79,7 +90,7 @@ func newFetcher(cfg FetchConfig) *fetcher {
 		MaxIdleConns:          4,
 		IdleConnTimeout:       30 * time.Second,
 	}
-	client := &http.Client{
+	f.client = &http.Client{
 		Transport: transport,
 		Timeout:   cfg.Timeout,
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
@@ -92,15 +103,94 @@ func newFetcher(cfg FetchConfig) *fetcher {
 			return nil
 		},
 	}
-	return &fetcher{cfg: cfg, client: client}
+	return f
 }
 
-// cgnat is the shared address space of carrier-grade NAT (RFC 6598).
-var cgnat = &net.IPNet{IP: net.IPv4(100, 64, 0, 0), Mask: net.CIDRMask(10, 32)}
+// special are the address ranges WebFetch refuses: those of IANA's
+// special-purpose address registries (IPv4 and IPv6) that are not
+// globally reachable, and the cloud metadata services among them. A page
+// that steers a Reader must not make it probe the operator's network.
+var special = []struct {
+	prefix netip.Prefix
+	what   string
+}{
+	{netip.MustParsePrefix("0.0.0.0/8"), `"this network"`},
+	{netip.MustParsePrefix("10.0.0.0/8"), "private"},
+	{netip.MustParsePrefix("100.64.0.0/10"), "shared address space (carrier-grade NAT)"},
+	{netip.MustParsePrefix("127.0.0.0/8"), "loopback"},
+	{netip.MustParsePrefix("169.254.0.0/16"), "link-local (cloud metadata)"},
+	{netip.MustParsePrefix("172.16.0.0/12"), "private"},
+	{netip.MustParsePrefix("192.0.0.0/24"), "IETF protocol assignments"},
+	{netip.MustParsePrefix("192.0.2.0/24"), "documentation"},
+	{netip.MustParsePrefix("192.88.99.0/24"), "6to4 relay anycast"},
+	{netip.MustParsePrefix("192.168.0.0/16"), "private"},
+	{netip.MustParsePrefix("198.18.0.0/15"), "benchmarking"},
+	{netip.MustParsePrefix("198.51.100.0/24"), "documentation"},
+	{netip.MustParsePrefix("203.0.113.0/24"), "documentation"},
+	{netip.MustParsePrefix("224.0.0.0/4"), "multicast"},
+	{netip.MustParsePrefix("240.0.0.0/4"), "reserved or broadcast"},
+	{netip.MustParsePrefix("::/128"), "unspecified"},
+	{netip.MustParsePrefix("::1/128"), "loopback"},
+	{netip.MustParsePrefix("64:ff9b:1::/48"), "local-use NAT64"},
+	{netip.MustParsePrefix("100::/64"), "discard-only"},
+	{netip.MustParsePrefix("2001::/23"), "IETF protocol assignments (Teredo and others)"},
+	{netip.MustParsePrefix("2001:db8::/32"), "documentation"},
+	{netip.MustParsePrefix("3fff::/20"), "documentation"},
+	{netip.MustParsePrefix("5f00::/16"), "segment routing"},
+	{netip.MustParsePrefix("fc00::/7"), "unique local"},
+	{netip.MustParsePrefix("fe80::/10"), "link-local"},
+	{netip.MustParsePrefix("fec0::/10"), "site-local"},
+	{netip.MustParsePrefix("ff00::/8"), "multicast"},
+}
 
-func publicIP(ip net.IP) bool {
-	return !(ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
-		ip.IsInterfaceLocalMulticast() || ip.IsMulticast() || ip.IsUnspecified() || cgnat.Contains(ip))
+// IPv6 ranges that carry an IPv4 address, which decides: a NAT64 gateway
+// or a 6to4 relay forwards to it, and some systems route IPv4-compatible
+// addresses to it.
+var (
+	nat64        = netip.MustParsePrefix("64:ff9b::/96")
+	sixToFour    = netip.MustParsePrefix("2002::/16")
+	v4Compatible = netip.MustParsePrefix("::/96")
+	// globalUnicast is the only IPv6 space allocated for public
+	// addresses; the rest is reserved or special.
+	globalUnicast = netip.MustParsePrefix("2000::/3")
+)
+
+// publicAddr returns nil for an address WebFetch may dial, else why not.
+func publicAddr(a netip.Addr) error {
+	a = a.Unmap().WithZone("") // an IPv4-mapped address is IPv4; a zone defeats Contains
+	refused := func(what string) error {
+		return fmt.Errorf("address %s is not public (%s): refused", a, what)
+	}
+	for _, s := range special {
+		if s.prefix.Contains(a) {
+			return refused(s.what)
+		}
+	}
+	if v4, ok := embeddedIPv4(a); ok {
+		if err := publicAddr(v4); err != nil {
+			return refused(fmt.Sprintf("it embeds %s: %v", v4, err))
+		}
+		return nil
+	}
+	if a.Is6() && !globalUnicast.Contains(a) {
+		return refused("outside the IPv6 global unicast space")
+	}
+	return nil
+}
+
+// embeddedIPv4 returns the IPv4 address a NAT64, 6to4 or IPv4-compatible
+// address carries.
+func embeddedIPv4(a netip.Addr) (netip.Addr, bool) {
+	b := a.As16()
+	switch {
+	case !a.Is6():
+		return netip.Addr{}, false
+	case nat64.Contains(a), v4Compatible.Contains(a):
+		return netip.AddrFrom4([4]byte(b[12:16])), true
+	case sixToFour.Contains(a):
+		return netip.AddrFrom4([4]byte(b[2:6])), true
+	}
+	return netip.Addr{}, false
 }
 
 // Fetch GETs rawURL and returns its text: HTML reduced to its readable
@@ -163,8 +253,22 @@ func (f *fetcher) Fetch(ctx context.Context, rawURL string) (string, error) {
 	return b.String(), nil
 }
 
-// Elements whose content is not readable text.
-var skipped = map[string]bool{"script": true, "style": true, "noscript": true, "template": true, "svg": true, "iframe": true, "object": true, "head": true, "canvas": true}
+// Elements whose content is not readable text: skipped with all they
+// hold. (The title is read from the head.)
+var skipped = map[string]bool{
+	"script": true, "style": true, "noscript": true, "template": true, "svg": true, "math": true,
+	"object": true, "embed": true, "canvas": true, "head": true, "title": true, "select": true,
+}
+
+// Elements whose content the parser keeps as raw text up to their end
+// tag, and a browser does not show (at most some fallback text). One left
+// unclosed swallows the rest of the page, so their text is parsed again
+// as HTML and walked like the rest, at most maxReparse levels deep: each
+// level parses what follows an unclosed one, so nesting without a bound
+// would make the work grow with the square of the page's size.
+var reparsed = map[string]bool{"iframe": true, "noembed": true, "noframes": true}
+
+const maxReparse = 4
 
 // Elements that start a new line.
 var blocks = map[string]bool{
@@ -176,65 +280,114 @@ var blocks = map[string]bool{
 // htmlText returns an HTML document's title and readable text: the text
 // of the body, block elements on lines of their own, white space
 // collapsed, scripts, styles and other non-text elements dropped.
+//
+// The document is parsed into a tree as a browser would (html.Parse), so
+// the end tags a page omits, which HTML5 allows (</head>, </p>, </li>),
+// are implied where they belong instead of leaving the rest of the page
+// inside the element.
 func htmlText(r io.Reader) (title, text string) {
-	z := html.NewTokenizer(r)
-	var (
-		lines   []string
-		line    strings.Builder
-		skip    int // depth inside skipped elements
-		inTitle bool
-	)
-	flush := func() {
-		if s := strings.Join(strings.Fields(line.String()), " "); s != "" {
-			lines = append(lines, s)
-		}
-		line.Reset()
+	doc, err := html.Parse(r)
+	if err != nil {
+		return "", "" // only a read error: the body was read into memory
 	}
-	for {
-		tt := z.Next()
-		switch tt {
-		case html.ErrorToken:
-			flush()
-			return title, strings.Join(lines, "\n")
-		case html.StartTagToken, html.SelfClosingTagToken:
-			name, _ := z.TagName()
-			tag := string(name)
-			if tag == "title" {
-				inTitle = true
-				continue
-			}
-			if skipped[tag] && tt == html.StartTagToken {
-				skip++
-			}
-			if blocks[tag] {
-				flush()
-				if tag == "li" {
-					line.WriteString("- ")
+	if head := find(doc, "head"); head != nil {
+		if t := find(head, "title"); t != nil {
+			var b strings.Builder
+			for c := t.FirstChild; c != nil; c = c.NextSibling {
+				if c.Type == html.TextNode {
+					b.WriteString(c.Data)
 				}
 			}
-		case html.EndTagToken:
-			name, _ := z.TagName()
-			tag := string(name)
-			if tag == "title" {
-				inTitle = false
-				continue
-			}
-			if skipped[tag] && skip > 0 {
-				skip--
-			}
-			if blocks[tag] {
-				flush()
-			}
-		case html.TextToken:
-			switch {
-			case inTitle:
-				title = strings.Join(strings.Fields(title+" "+string(z.Text())), " ")
-			case skip == 0:
-				line.WriteString(string(z.Text()))
-				line.WriteString(" ")
-			}
+			title = strings.Join(strings.Fields(b.String()), " ")
 		}
 	}
+	body := find(doc, "body")
+	if body == nil {
+		return title, "" // a frameset page has no body
+	}
+	var w textWriter
+	w.walk(body, 0)
+	w.flush()
+	return title, strings.Join(w.lines, "\n")
+}
+
+// find returns the first element named name under n, in document order.
+func find(n *html.Node, name string) *html.Node {
+	if n.Type == html.ElementNode && n.Data == name {
+		return n
+	}
+	for c := n.FirstChild; c != nil; c = c.NextSibling {
+		if found := find(c, name); found != nil {
+			return found
+		}
+	}
+	return nil
+}
+
+// textWriter collects the lines of readable text of a tree.
+type textWriter struct {
+	lines []string
+	line  strings.Builder
+}
+
+func (w *textWriter) flush() {
+	if s := strings.Join(strings.Fields(w.line.String()), " "); s != "" {
+		w.lines = append(w.lines, s)
+	}
+	w.line.Reset()
+}
+
+// walk adds the text under n; depth counts the reparsed levels above it.
+func (w *textWriter) walk(n *html.Node, depth int) {
+	switch n.Type {
+	case html.TextNode:
+		w.line.WriteString(n.Data)
+		w.line.WriteString(" ")
+		return
+	case html.ElementNode:
+		switch {
+		case skipped[n.Data]:
+			return
+		case reparsed[n.Data]:
+			w.reparse(n, depth)
+			return
+		}
+	}
+	block := n.Type == html.ElementNode && blocks[n.Data]
+	if block {
+		w.flush()
+		if n.Data == "li" {
+			w.line.WriteString("- ")
+		}
+	}
+	for c := n.FirstChild; c != nil; c = c.NextSibling {
+		w.walk(c, depth)
+	}
+	if block {
+		w.flush()
+	}
+}
+
+// reparse walks the raw text of n parsed as HTML in a body.
+func (w *textWriter) reparse(n *html.Node, depth int) {
+	if depth >= maxReparse {
+		return
+	}
+	var raw strings.Builder
+	for c := n.FirstChild; c != nil; c = c.NextSibling {
+		if c.Type == html.TextNode {
+			raw.WriteString(c.Data)
+		}
+	}
+	nodes, err := html.ParseFragment(strings.NewReader(raw.String()), &html.Node{Type: html.ElementNode, Data: "body", DataAtom: atom.Body})
+	if err != nil {
+		return
+	}
+	w.flush()
+	for _, c := range nodes {
+		w.walk(c, depth+1)
+	}
+	w.flush()
 }
 
 // webFetchTool is WebFetch.

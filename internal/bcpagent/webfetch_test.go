@@ -3,9 +3,9 @@ package bcpagent
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 )
@@ -25,6 +25,30 @@ func TestHTMLText(t *testing.T) {
 	want := "Home | About\nHeading\nFirst paragraph with a link .\n- one\n- two\nLast\nline"
 	if text != want {
 		t.Errorf("text:\n%s\nwant:\n%s", text, want)
+	}
+}
+
+// Pages that a token-by-token reading lost whole: HTML5 lets a page omit
+// </head>, and an unclosed <iframe> makes the parser read the rest of
+// the page as the iframe's text.
+func TestHTMLTextOfSloppyPages(t *testing.T) {
+	tests := []struct {
+		name, page, title, text string
+	}{
+		{"no </head>", `<!doctype html><html><head><meta charset="utf-8"><title>News</title>
+<body><h1>Today</h1><p>The migration finished.</p></body></html>`, "News", "Today\nThe migration finished."},
+		{"no <head> and no <body>", `<title>Bare</title><p>Just text.<p>More text.`, "Bare", "Just text.\nMore text."},
+		{"unclosed iframe", `<html><head><title>Ads</title></head><body><p>Before.</p>
+<iframe src="https://ads.example/slot"><p>After the ad.</p><script>evil()</script><div>Last line.</div></body></html>`,
+			"Ads", "Before.\nAfter the ad.\nLast line."},
+		{"closed iframe", `<body><p>A</p><iframe src="x"></iframe><p>B</p></body>`, "", "A\nB"},
+		{"unclosed iframes nested deeper than reparsed", `<body><p>A</p>` + strings.Repeat(`<iframe>`, 10) + `<p>lost</p>`, "", "A"},
+	}
+	for _, tt := range tests {
+		title, text := htmlText(strings.NewReader(tt.page))
+		if title != tt.title || text != tt.text {
+			t.Errorf("%s: title %q, text:\n%s\nwant title %q, text:\n%s", tt.name, title, text, tt.title, tt.text)
+		}
 	}
 }
 
@@ -111,48 +135,124 @@ func TestWebFetch(t *testing.T) {
 func TestWebFetchRefusesPrivateAddresses(t *testing.T) {
 	srv := fetchServer(t)
 	f := newFetcher(FetchConfig{})
-	for _, u := range []string{srv.URL + "/page", "http://localhost:1/", "http://10.0.0.1:1/", "http://169.254.169.254/latest/meta-data/", "http://[::1]:1/"} {
+	for _, u := range []string{srv.URL + "/page", "http://localhost:1/", "http://10.0.0.1:1/", "http://169.254.169.254/latest/meta-data/", "http://[::1]:1/", "http://[64:ff9b::a9fe:a9fe]/"} {
 		_, err := f.Fetch(context.Background(), u)
 		if err == nil || !strings.Contains(err.Error(), "is not public") {
 			t.Errorf("%s: %v, want a refusal", u, err)
 		}
 	}
-	for _, ip := range []string{"8.8.8.8", "1.1.1.1", "2606:4700::1111"} {
-		if !publicIP(parseIP(t, ip)) {
-			t.Errorf("%s is public", ip)
+}
+
+func TestPublicAddr(t *testing.T) {
+	tests := []struct {
+		addr   string
+		public bool
+		why    string // in the refusal
+	}{
+		{"8.8.8.8", true, ""},
+		{"1.1.1.1", true, ""},
+		{"2606:4700::1111", true, ""},
+		{"64:ff9b::808:808", true, ""},   // NAT64 of a public address
+		{"2002:808:808::1", true, ""},    // 6to4 of a public address
+		{"::ffff:8.8.8.8", true, ""},     // IPv4-mapped
+		{"192.0.1.1", true, ""},          // next to 192.0.0.0/24
+		{"198.20.0.1", true, ""},         // next to 198.18.0.0/15
+		{"223.255.255.255", true, ""},    // below multicast
+		{"127.0.0.1", false, "loopback"}, //
+		{"127.8.9.10", false, "loopback"},
+		{"10.1.2.3", false, "private"},
+		{"172.16.0.1", false, "private"},
+		{"192.168.1.1", false, "private"},
+		{"100.64.0.1", false, "carrier-grade NAT"},
+		{"169.254.169.254", false, "link-local"},
+		{"0.0.0.0", false, "this network"},
+		{"0.1.2.3", false, "this network"},
+		{"192.0.0.170", false, "IETF protocol assignments"},
+		{"192.0.2.1", false, "documentation"},
+		{"198.18.0.1", false, "benchmarking"},
+		{"198.19.255.255", false, "benchmarking"},
+		{"224.0.0.1", false, "multicast"},
+		{"240.0.0.1", false, "reserved"},
+		{"255.255.255.255", false, "broadcast"},
+		{"::", false, "unspecified"},
+		{"::1", false, "loopback"},
+		{"::ffff:127.0.0.1", false, "loopback"},
+		{"::ffff:169.254.169.254", false, "link-local"},
+		{"64:ff9b::a9fe:a9fe", false, "embeds 169.254.169.254"},
+		{"64:ff9b::7f00:1", false, "embeds 127.0.0.1"},
+		{"64:ff9b:1::1", false, "local-use NAT64"},
+		{"2002:7f00:1::1", false, "embeds 127.0.0.1"},
+		{"2002:a00:1::", false, "embeds 10.0.0.1"},
+		{"::127.0.0.1", false, "embeds 127.0.0.1"},
+		{"::10.0.0.1", false, "embeds 10.0.0.1"},
+		{"2001::1", false, "Teredo"},
+		{"2001:db8::1", false, "documentation"},
+		{"fd00::1", false, "unique local"},
+		{"fe80::1", false, "link-local"},
+		{"fe80::1%eth0", false, "link-local"},
+		{"fec0::1", false, "site-local"},
+		{"ff02::1", false, "multicast"},
+		{"100::1", false, "discard-only"},
+		{"4000::1", false, "outside the IPv6 global unicast space"},
+	}
+	for _, tt := range tests {
+		a, err := netip.ParseAddr(tt.addr)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.addr, err)
+		}
+		err = publicAddr(a)
+		if tt.public {
+			if err != nil {
+				t.Errorf("%s refused: %v", tt.addr, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), "is not public") || !strings.Contains(err.Error(), tt.why) {
+			t.Errorf("%s: %v, want a refusal naming %q", tt.addr, err, tt.why)
 		}
 	}
-	for _, ip := range []string{"127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "100.64.0.1", "169.254.1.1", "0.0.0.0", "::1", "fd00::1", "fe80::1", "224.0.0.1"} {
-		if publicIP(parseIP(t, ip)) {
-			t.Errorf("%s is not public", ip)
+}
+
+// A public page that redirects to a private address is refused: the
+// check is made on every address dialled, redirects included.
+func TestWebFetchRefusesRedirectToPrivateAddress(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "http://169.254.169.254/latest/meta-data/", http.StatusFound)
+	}))
+	defer srv.Close()
+	first, err := netip.ParseAddrPort(srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFetcher(FetchConfig{})
+	// Let the test server (on loopback) stand for a public one.
+	f.allow = func(a netip.Addr) error {
+		if a == first.Addr() {
+			return nil
 		}
+		return publicAddr(a)
+	}
+	_, err = f.Fetch(context.Background(), srv.URL)
+	if err == nil || !strings.Contains(err.Error(), "address 169.254.169.254 is not public") {
+		t.Errorf("error %v, want the redirect refused", err)
 	}
 }
 
 // The fetch ends with the turn.
 func TestWebFetchHonorsContext(t *testing.T) {
-	block := make(chan struct{})
+	arrived := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-block:
-		case <-r.Context().Done():
-		}
+		close(arrived)
+		<-r.Context().Done() // answer nothing until the client gives up
 	}))
 	defer srv.Close()
-	defer close(block)
 	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
+	go func() {
+		<-arrived
+		cancel() // the turn is interrupted while the request is in flight
+	}()
 	_, err := newFetcher(FetchConfig{AllowPrivate: true}).Fetch(ctx, srv.URL)
 	if err == nil || !strings.Contains(err.Error(), "context canceled") {
 		t.Errorf("error %v", err)
 	}
-}
-
-func parseIP(t *testing.T, s string) net.IP {
-	t.Helper()
-	ip := net.ParseIP(s)
-	if ip == nil {
-		t.Fatalf("bad IP %s", s)
-	}
-	return ip
 }
