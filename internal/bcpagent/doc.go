@@ -29,8 +29,12 @@
 //
 // # Tools
 //
-// Only tools the definition lists are offered, and only when they can be
-// used:
+// Only tools the definition lists are offered, and BCPRespond and
+// BCPPublish only from the moment they can be used (below). Once offered,
+// a tool stays listed for the session: while it cannot be used (no open
+// query, no subscriptions) it is a stub that returns an error saying so,
+// since Anthropic refuses a request whose history holds tool calls but
+// that defines no tools.
 //   - BCPQuery (to, category, fields | questions | directive, max_words,
 //     context): returns as soon as the gateway accepted or refused the
 //     query; the answer is a later delivery.
@@ -45,7 +49,10 @@
 //     WebFetch is never offered to an agent that also holds BCPQuery: a
 //     Controller must not read untrusted content. (A Controller with
 //     subscriptions only holds no BCPQuery and cannot be told apart; its
-//     definition must not list WebFetch.)
+//     definition must not list WebFetch.) A Reader holding both can be
+//     steered by a page into putting its files' contents into a URL it
+//     fetches: a warning is logged at start, and its workdir should hold
+//     only what it may disclose.
 //
 // Every spec becomes a JSON Schema (SpecSchema): exact keys, all
 // required, additionalProperties false, enums, integer ranges, date and
@@ -61,6 +68,14 @@
 // review comes later as a note, and a second publish to the same
 // subscription is refused to the model while the first's verdict is
 // outstanding (verdicts of one id are matched in order).
+//
+// An interrupt ends the turn between tool calls: the calls the model made
+// after the running one are not run, and each is answered "not run: turn
+// interrupted", since both APIs refuse a tool call left without a result.
+// An answer cut off by the token limit (max_tokens, length) is logged as
+// a warning; its last tool call, which may be incomplete, is not run but
+// returned to the model as an error so it sends it again, and a final
+// answer cut off fails the turn.
 //
 // # Failures
 //

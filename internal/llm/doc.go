@@ -9,12 +9,20 @@
 // tool results, tool definitions with a JSON Schema, and token usage. No
 // streaming: a turn of the loop waits for the whole answer anyway.
 //
-// Every call takes a context and every HTTP request is bound to it. Rate
-// limits (429) and server errors (5xx, and Anthropic's 529 "overloaded")
-// are retried a bounded number of times with exponential backoff, honoring
-// Retry-After in seconds or as an HTTP date. Other failures become an
-// *[APIError] whose Kind says what an operator must fix (a key, a model
-// name), with the provider's own message kept.
+// Every call takes a context and every HTTP request is bound to it; each
+// attempt waits at most [Options].ResponseHeaderTimeout for an answer.
+// Rate limits (429), timeouts (408 and no answer in time), server errors
+// (5xx, and Anthropic's 529 "overloaded") and refused or reset
+// connections are retried a bounded number of times with exponential
+// backoff and full jitter, honoring Retry-After in seconds or as an HTTP
+// date. DNS, TLS and certificate errors and malformed URLs are not
+// retried: they would fail again. Failures become an *[APIError] whose
+// Kind says what an operator must fix (a key, a model name, a base URL),
+// with the provider's own message kept and the API key redacted from it.
+//
+// OpenAI's own API (api.openai.com) gets the token cap as
+// max_completion_tokens, which its o-series and gpt-5 models require;
+// compatible servers get max_tokens, which they know.
 //
 // Tool arguments are kept as the raw text the model produced: a model may
 // write malformed JSON, and the caller decides what to tell it.
