@@ -474,8 +474,9 @@ func TestLateVerdictBecomesANote(t *testing.T) {
 }
 
 // An interrupt stops the turn between tool calls: the calls after the
-// running one are not run (nothing more reaches the gateway), yet each
-// gets a result, so the next turn's conversation is one both APIs take.
+// running one are not run (no further publish or query reaches the
+// gateway), yet each gets a result, so the next turn's conversation is one
+// both APIs take.
 func TestInterruptSkipsTheRemainingToolCalls(t *testing.T) {
 	tests := []struct {
 		name  string

@@ -82,7 +82,8 @@ func (a *Agent) turn(ctx context.Context, c *runtime.Client, content string) err
 			notRun := ""
 			switch {
 			case ctx.Err() != nil:
-				// Interrupted: nothing more may reach the gateway.
+				// Interrupted: no further publish, answer or query may
+				// be sent. The skipped call is still audited, as not run.
 				notRun = "not run: turn interrupted"
 			case resp.Truncated && i == len(calls)-1:
 				// Its arguments may be cut off midway: running it could
