@@ -83,6 +83,19 @@ func (d *Definition) Equal(o *Definition) bool {
 func (d *Definition) fingerprint() ([]byte, error) {
 	c := *d
 	c.File = ""
+	// Absent and empty are the same to the gateway (env: {} or tools: []).
+	if len(c.Env) == 0 {
+		c.Env = nil
+	}
+	if len(c.Tools) == 0 {
+		c.Tools = nil
+	}
+	if len(c.Channels) == 0 {
+		c.Channels = nil
+	}
+	if len(c.CronSchedules) == 0 {
+		c.CronSchedules = nil
+	}
 	return json.Marshal(&c)
 }
 

@@ -160,6 +160,9 @@ func (sc *scheduler) loop(ctx context.Context, e *cronEntry) {
 			t.Stop()
 			return
 		}
+		if ctx.Err() != nil {
+			return // removed by a reload just as it came due
+		}
 		sc.fire(e)
 	}
 }

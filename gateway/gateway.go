@@ -60,11 +60,11 @@ type Config struct {
 // until they acknowledge it, and holds Cat-3 and flagged items for an
 // operator. Create it with New and run it with Run.
 type Gateway struct {
-	cfg   Config
-	log   hclog.Logger
-	audit Auditor
-	sv    *Supervisor
-	set   atomic.Pointer[agents.Set] // the definitions in force
+	cfg     Config
+	log     hclog.Logger
+	audit   Auditor
+	sv      *Supervisor
+	set     atomic.Pointer[agents.Set] // the definitions in force
 	sched   *scheduler
 	metrics *Metrics // may be nil
 

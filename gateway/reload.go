@@ -100,7 +100,10 @@ func (g *Gateway) Reload(ctx context.Context, by string) (Reloaded, error) {
 	for _, w := range set.Warnings {
 		g.log.Warn("definition warning", "warning", w.String())
 	}
-	ch, err := g.sv.Reload(ctx, set)
+	// From here on the set is applied whole: a client that hangs up must
+	// not leave the supervisor on the new set and routing on the old one.
+	// Only the gateway's own end stops it.
+	ch, err := g.sv.Reload(g.ctx, set)
 	if err != nil {
 		return Reloaded{}, fmt.Errorf("reload: %w", err)
 	}

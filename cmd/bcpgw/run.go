@@ -62,6 +62,12 @@ address; a bare port listens on 127.0.0.1 only. Off by default.`,
 			if err != nil {
 				return err
 			}
+			// SIGHUP is caught from the start: its default action would
+			// end a gateway that is still starting. One that comes before
+			// the gateway runs is acted on once it does.
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
 			set, err := agents.LoadDir(agentsDir)
 			if err != nil {
 				return &exitError{code: exitFailed, msg: "definitions do not load:\n" + err.Error()}
@@ -119,7 +125,7 @@ address; a bare port listens on 127.0.0.1 only. Off by default.`,
 				}
 				served <- err
 			}()
-			hupDone := reloadOnSIGHUP(ctx, gw, logger)
+			hupDone := reloadOnSIGHUP(ctx, gw, hup, logger)
 			metricsDone := make(chan error, 1)
 			if metricsSrv != nil {
 				logger.Info("serving metrics", "url", "http://"+metricsSrv.ln.Addr().String()+"/metrics")
@@ -174,13 +180,10 @@ func newLogger(w io.Writer, format, level string) (hclog.Logger, error) {
 // reloadOnSIGHUP reloads the definitions on each SIGHUP until ctx ends;
 // the returned channel is closed once it has stopped listening. A refused
 // reload is logged and evented by the gateway; the process goes on.
-func reloadOnSIGHUP(ctx context.Context, gw *gateway.Gateway, logger hclog.Logger) <-chan struct{} {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
+func reloadOnSIGHUP(ctx context.Context, gw *gateway.Gateway, hup <-chan os.Signal, logger hclog.Logger) <-chan struct{} {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		defer signal.Stop(hup)
 		for {
 			select {
 			case <-ctx.Done():
