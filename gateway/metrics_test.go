@@ -3,9 +3,13 @@ package gateway
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/bcpgw/bcpgw/bcp"
+	"github.com/bcpgw/bcpgw/gateway/store"
 )
 
 // withMetrics returns a tune for startE2E that records metrics in a
@@ -149,4 +153,24 @@ func TestMetricsQueriesReloadsAndCrashes(t *testing.T) {
 	s.Kill()
 	waitDone(t, s)
 	waitMetric(t, reg, "bcpgw_session_crashes_total", map[string]string{"agent": "researcher"}, 1)
+}
+
+// BenchmarkMetricsPerPush is what one accepted and delivered push records
+// (publish, bits, delivery and its latency), with metrics on and, as the
+// baseline, off (a nil *Metrics).
+func BenchmarkMetricsPerPush(b *testing.B) {
+	d := store.Delivery{CreatedAt: time.Now()}
+	for _, tc := range []struct {
+		name string
+		m    *Metrics
+	}{{"off", nil}, {"on", NewMetrics(prometheus.NewRegistry())}} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				tc.m.publish("delivered", nil)
+				tc.m.charged("main", "researcher", bcp.Cat2, 671)
+				tc.m.delivered(d, d.CreatedAt.Add(time.Millisecond))
+			}
+		})
+	}
 }
