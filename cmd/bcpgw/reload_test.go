@@ -9,7 +9,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -20,39 +19,11 @@ import (
 	"github.com/bcpgw/bcpgw/gateway/control"
 )
 
-// startWith is opGateway.start with extra `bcpgw run` flags. It also
-// waits for the "gateway running" log line, which comes once the SIGHUP
-// handler is installed: a SIGHUP before it would end the process.
+// startWith is opGateway.start with extra `bcpgw run` flags.
 func (g *opGateway) startWith(pub string, extra ...string) {
-	t := g.t
-	t.Helper()
-	g.stderr = &lockedBuffer{}
-	g.exited = make(chan struct{})
-	args := append([]string{"run", "--agents", g.agents, "--state", g.state, "--log-level", "debug"}, extra...)
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(baseEnv(), "PUB="+pub, "BCPGW_STATE=")
-	cmd.Stderr = g.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	g.cmd = cmd
-	exited := g.exited
-	go func() {
-		g.err = cmd.Wait()
-		close(exited)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-exited:
-		default:
-			g.stop()
-		}
-	})
-	g.waitLog("gateway running")
-	opWait(t, "the control socket to answer", func() (bool, string) {
-		r := g.bcpgw("status")
-		return r.code == 0, r.String()
-	})
+	g.t.Helper()
+	g.runArgs = extra
+	g.start(pub)
 }
 
 // waitLog waits until the gateway's log holds text.
