@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,33 +19,7 @@ import (
 // sends on h.release; the others are answered at once.
 func startCronUpdatable(t *testing.T, set *agents.Set, held ...string) (*cronHarness, *scheduler) {
 	t.Helper()
-	h := &cronHarness{clock: newFakeClock(), release: make(chan struct{})}
-	hold := map[string]bool{}
-	for _, l := range held {
-		hold[l] = true
-	}
-	sc := &scheduler{
-		clock: h.clock, log: hclog.NewNullLogger(),
-		event: func(e store.Event) { h.mu.Lock(); h.events = append(h.events, e); h.mu.Unlock() },
-		prompt: func(ctx context.Context, agent string, c agents.CronSchedule) error {
-			h.mu.Lock()
-			h.prompts = append(h.prompts, agent+"/"+c.Label+": "+c.Message)
-			h.mu.Unlock()
-			if !hold[c.Label] {
-				return nil
-			}
-			select {
-			case <-h.release:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		},
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); sc.run(ctx, set) }()
-	t.Cleanup(func() { cancel(); <-done })
+	h, sc := runCron(t, set, func(label string) bool { return slices.Contains(held, label) })
 	// run starts the schedules on its own goroutine: wait until it has,
 	// and until every schedule has armed its first firing, so that the
 	// first tick moves the clock past all of them.

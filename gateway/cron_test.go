@@ -27,6 +27,15 @@ type cronHarness struct {
 
 func startCron(t *testing.T, set *agents.Set) *cronHarness {
 	t.Helper()
+	h, _ := runCron(t, set, func(string) bool { return true })
+	return h
+}
+
+// runCron runs a scheduler on set until the end of the test. The prompts
+// of schedules whose label hold accepts block until the test sends on
+// h.release; the others are answered at once.
+func runCron(t *testing.T, set *agents.Set, hold func(label string) bool) (*cronHarness, *scheduler) {
+	t.Helper()
 	h := &cronHarness{clock: newFakeClock(), release: make(chan struct{})}
 	sc := &scheduler{
 		clock: h.clock, log: hclog.NewNullLogger(),
@@ -35,6 +44,9 @@ func startCron(t *testing.T, set *agents.Set) *cronHarness {
 			h.mu.Lock()
 			h.prompts = append(h.prompts, agent+"/"+c.Label+": "+c.Message)
 			h.mu.Unlock()
+			if !hold(c.Label) {
+				return nil
+			}
 			select {
 			case <-h.release:
 				return nil
@@ -47,7 +59,7 @@ func startCron(t *testing.T, set *agents.Set) *cronHarness {
 	done := make(chan struct{})
 	go func() { defer close(done); sc.run(ctx, set) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return h
+	return h, sc
 }
 
 func (h *cronHarness) counts() (prompts int, kinds map[string]int) {
