@@ -15,6 +15,7 @@ import (
 
 	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/gateway/store"
+	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 // The end-to-end tests run a whole Gateway on a real SQLite file with
@@ -60,7 +61,7 @@ type e2e struct {
 	dir   string
 	gw    *Gateway
 	store *store.Store
-	logs  *syncBuffer
+	logs  *testproc.Buffer
 	run   func() // starts the gateway (newE2E); runE2E and startE2E have called it
 	stop  func()
 }
@@ -124,7 +125,7 @@ func newE2E(t *testing.T, dir string, set *agents.Set, vars map[string]string, t
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &testproc.Buffer{}
 	cfg := Config{
 		Set: set, Store: st,
 		Logger:      hclog.New(&hclog.LoggerOptions{Name: "gw", Output: logs, Level: hclog.Debug}),

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -16,6 +15,7 @@ import (
 	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/bcp"
 	"github.com/bcpgw/bcpgw/gateway/store"
+	"github.com/bcpgw/bcpgw/internal/testproc"
 	"github.com/bcpgw/bcpgw/runtime"
 )
 
@@ -106,24 +106,6 @@ func checkFor(t *testing.T, total, step time.Duration, fn func() bool) bool {
 	return fn()
 }
 
-// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // recorder is an Auditor that keeps events.
 type recorder struct {
 	mu     sync.Mutex
@@ -150,7 +132,7 @@ func (r *recorder) find(kind, code string) []store.Event {
 
 type harness struct {
 	cfg   SessionConfig
-	logs  *syncBuffer
+	logs  *testproc.Buffer
 	audit *recorder
 	clock *fakeClock
 }
@@ -173,7 +155,7 @@ func newHarness(t *testing.T, mode string, tools ...string) *harness {
 		Tools:       tools,
 		IdleTimeout: time.Minute,
 	}
-	h := &harness{logs: &syncBuffer{}, audit: &recorder{}, clock: newFakeClock()}
+	h := &harness{logs: &testproc.Buffer{}, audit: &recorder{}, clock: newFakeClock()}
 	h.cfg = SessionConfig{
 		Def:     def,
 		Logger:  hclog.New(&hclog.LoggerOptions{Name: "gw", Output: h.logs, Level: hclog.Trace}),

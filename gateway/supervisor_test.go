@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/bcpgw/bcpgw/agents"
+	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 func TestBackoff(t *testing.T) {
@@ -48,7 +49,7 @@ func supervised(t *testing.T, autostart bool, modes map[string]string) (*Supervi
 	clock, rec := newFakeClock(), &recorder{}
 	sv := NewSupervisor(SupervisorConfig{
 		Set: set, Clock: clock, Auditor: rec,
-		Logger:  hclog.New(&hclog.LoggerOptions{Output: &syncBuffer{}, Level: hclog.Trace}),
+		Logger:  hclog.New(&hclog.LoggerOptions{Output: &testproc.Buffer{}, Level: hclog.Trace}),
 		Session: SessionConfig{Grace: 200 * time.Millisecond, LookupEnv: func(k string) (string, bool) { return os.LookupEnv(k) }},
 	})
 	ctx, cancel := context.WithCancel(context.Background())

@@ -14,12 +14,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/bcpgw/bcpgw/internal/llm/llmtest"
+	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 // bcpgw and bcpAgent are the binaries TestMain builds.
@@ -40,33 +40,11 @@ func testMain(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	bcpgw = filepath.Join(dir, "bcpgw")
 	bcpAgent = filepath.Join(dir, "bcp-agent")
-	for out, pkg := range map[string]string{bcpgw: "../bcpgw", bcpAgent: "."} {
-		build := exec.Command("go", "build", "-o", out, pkg)
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "go build:", err)
-			return 1
-		}
+	if err := testproc.Build(map[string]string{bcpgw: "../bcpgw", bcpAgent: "."}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
 	return m.Run()
-}
-
-// lockedBuffer collects a subprocess's output while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // definitions writes a Controller "boss" on the Anthropic API and a Reader
@@ -124,7 +102,7 @@ You are the reader.
 type gatewayRun struct {
 	t      *testing.T
 	state  string
-	stderr *lockedBuffer
+	stderr *testproc.Buffer
 	exited chan struct{} // closed when the process exited
 }
 
@@ -132,7 +110,7 @@ type gatewayRun struct {
 // its environment; it stops (SIGTERM) at the end of the test.
 func runGateway(t *testing.T, dir string, env ...string) *gatewayRun {
 	t.Helper()
-	g := &gatewayRun{t: t, state: filepath.Join(t.TempDir(), "state"), stderr: &lockedBuffer{}, exited: make(chan struct{})}
+	g := &gatewayRun{t: t, state: filepath.Join(t.TempDir(), "state"), stderr: &testproc.Buffer{}, exited: make(chan struct{})}
 	cmd := exec.Command(bcpgw, "run", "--agents", dir, "--state", g.state, "--log-level", "debug")
 	cmd.Env = append(cleanEnv(), env...)
 	cmd.Stderr = g.stderr

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 // testrtRecord is the part of a testrt log line this test reads.
@@ -78,7 +80,7 @@ bcp_channels:
 	})
 }
 
-func startGateway(t *testing.T, agentsDir, state, pub string, stderr *lockedBuffer) *exec.Cmd {
+func startGateway(t *testing.T, agentsDir, state, pub string, stderr *testproc.Buffer) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(bin, "run", "--agents", agentsDir, "--state", state, "--log-level", "debug")
 	cmd.Env = append(baseEnv(), "PUB="+pub, "BCPGW_STATE=")
@@ -111,7 +113,7 @@ func TestKillGatewayDuringPublishesLosesNothing(t *testing.T) {
 	dir := t.TempDir()
 	agentsDir := crashSet(t, dir)
 	state := filepath.Join(dir, "state")
-	var log1 lockedBuffer
+	var log1 testproc.Buffer
 	gw := startGateway(t, agentsDir, state, `[{"subscription_id": "items", "controller": "main", "response": {"item": "item {i}"}, "repeat": 100000}]`, &log1)
 	researcherLog := filepath.Join(dir, "researcher.log")
 	deadline := time.Now().Add(30 * time.Second)
@@ -154,7 +156,7 @@ func TestKillGatewayDuringPublishesLosesNothing(t *testing.T) {
 	firstRun := readTestrtLog(t, filepath.Join(dir, "main.log"))
 
 	// Restart on the same state, with a reader that publishes nothing.
-	var log2 lockedBuffer
+	var log2 testproc.Buffer
 	gw2 := startGateway(t, agentsDir, state, `[]`, &log2)
 	defer func() {
 		gw2.Process.Signal(syscall.SIGTERM)

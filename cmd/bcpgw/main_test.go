@@ -18,6 +18,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 // bin, demoAgent and testrt are the binaries built once by TestMain.
@@ -38,13 +40,9 @@ func testMain(m *testing.M) int {
 	bin = filepath.Join(dir, "bcpgw")
 	demoAgent = filepath.Join(dir, "demo-agent")
 	testrt = filepath.Join(dir, "testrt")
-	for out, pkg := range map[string]string{bin: ".", demoAgent: "../../examples/runtimes/demo-agent", testrt: "../../internal/testrt"} {
-		build := exec.Command("go", "build", "-o", out, pkg)
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "go build:", err)
-			return 1
-		}
+	if err := testproc.Build(map[string]string{bin: ".", demoAgent: "../../examples/runtimes/demo-agent", testrt: "../../internal/testrt"}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
 	return m.Run()
 }

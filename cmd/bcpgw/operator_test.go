@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/bcpgw/bcpgw/gateway/control"
+	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 // opTimeout bounds every wait for the gateway to get somewhere.
@@ -134,7 +135,7 @@ type opGateway struct {
 	agents string
 	logs   string
 	cmd    *exec.Cmd
-	stderr *lockedBuffer
+	stderr *testproc.Buffer
 	exited chan struct{}
 	err    error // the exit status, once exited is closed
 	// runArgs are added to the run command line.
@@ -159,7 +160,7 @@ func newOpEnv(t *testing.T) *opGateway {
 func (g *opGateway) start(pub string) {
 	t := g.t
 	t.Helper()
-	g.stderr = &lockedBuffer{}
+	g.stderr = &testproc.Buffer{}
 	g.exited = make(chan struct{})
 	cmd := exec.Command(bin, append([]string{"run", "--agents", g.agents, "--state", g.state, "--log-level", "debug"}, g.runArgs...)...)
 	cmd.Env = append(baseEnv(), "PUB="+pub, "BCPGW_STATE=")
@@ -1382,7 +1383,7 @@ func TestCLIConcurrentRunsOneWins(t *testing.T) {
 			g.stop()
 		}
 		var procs [2]*exec.Cmd
-		var errs [2]lockedBuffer
+		var errs [2]testproc.Buffer
 		exited := make(chan int, 2)
 		for i := range procs {
 			cmd := exec.Command(bin, "run", "--agents", g.agents, "--state", g.state)

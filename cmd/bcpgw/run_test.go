@@ -1,35 +1,17 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bcpgw/bcpgw/internal/testproc"
 )
-
-// lockedBuffer collects a subprocess's output while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // demoSet writes a reader that autostarts the demo runtime and publishes
 // every 100ms, and its controller.
@@ -67,7 +49,7 @@ func TestRunStartsAgentsAndStopsOnSignal(t *testing.T) {
 			state := filepath.Join(t.TempDir(), "state")
 			cmd := exec.Command(bin, "run", "--agents", demoSet(t), "--state", state, "--log-level", "debug")
 			cmd.Env = append(os.Environ(), "BCPGW_AGENTS=", "BCPGW_STATE=")
-			var stderr lockedBuffer
+			var stderr testproc.Buffer
 			cmd.Stderr = &stderr
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)

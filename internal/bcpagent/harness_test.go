@@ -4,12 +4,12 @@ import (
 	"context"
 	"io"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/bcpgw/bcpgw/internal/llm"
 	"github.com/bcpgw/bcpgw/internal/llm/llmtest"
+	"github.com/bcpgw/bcpgw/internal/testproc"
 	"github.com/bcpgw/bcpgw/runtime"
 )
 
@@ -25,25 +25,7 @@ type gateway struct {
 	done  chan error // Run's error, once
 	agent *Agent
 	audit []runtime.Envelope // text, tool_use, tool_result, log and error messages seen
-	log   *syncBuffer        // the runtime's log (its stderr)
-}
-
-// syncBuffer is a log the runtime writes while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	log   *testproc.Buffer   // the runtime's log (its stderr)
 }
 
 // providers are the APIs the loop tests run against: the loop must make
@@ -87,7 +69,7 @@ func runAgent(t *testing.T, s setup) *gateway {
 	for k, v := range s.env {
 		env[k] = v
 	}
-	logs := &syncBuffer{}
+	logs := &testproc.Buffer{}
 	cfg := Config{
 		LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok },
 		Log:       logs,
