@@ -12,7 +12,16 @@
 //	127.0.0.1:11434         an IP address, with or without a port
 //	[::1]:11434             an IPv6 address (brackets when a port follows)
 //
-// Names are compared case-insensitively, without a trailing dot.
+// Names are compared case-insensitively, without a trailing dot. Names
+// must be ASCII (write an internationalized name in its xn-- form), and
+// a name whose last label is all digits ("127.1", "2130706433") is
+// refused: no top-level domain is numeric, and some resolvers read such
+// a name as an IPv4 address, which would let a name stand for an address
+// the list does not show. An IP entry must be a unicast address: the
+// unspecified and multicast addresses name no destination, and an IPv6
+// zone (fe80::1%eth0) names an interface of the gateway's host, not a
+// destination. An IPv4-mapped IPv6 address (::ffff:10.0.0.1) is its
+// IPv4 address.
 package netpolicy
 
 import (
@@ -68,40 +77,43 @@ func Parse(s string) (Destination, error) {
 	if strings.ContainsAny(s, "/?#@ ") {
 		return Destination{}, fmt.Errorf("%q: write a host or host:port (no path, user or spaces)", raw)
 	}
-	host, port := s, 0
-	// A bare IPv6 address has colons but no port.
-	if a, err := netip.ParseAddr(strings.Trim(s, "[]")); err == nil && (a.Is6() || !strings.Contains(s, ":")) {
-		return Destination{Host: a.Unmap().String(), Addr: a.Unmap()}, nil
+	if strings.Contains(s, "%") {
+		return Destination{}, fmt.Errorf("%q: an IPv6 zone (%%name) is not allowed: it names an interface of the gateway's host", raw)
 	}
-	if i := strings.LastIndex(s, ":"); i >= 0 {
-		p, err := strconv.Atoi(s[i+1:])
-		if err != nil || p < 1 || p > 65535 {
-			return Destination{}, fmt.Errorf("%q: port %q is not a number from 1 to 65535", raw, s[i+1:])
+	// A bare IPv6 address has colons but no port and no brackets.
+	if a, err := netip.ParseAddr(s); err == nil && a.Is6() {
+		return addrDestination(raw, a, 0)
+	}
+	host, port := s, 0
+	if i := strings.LastIndex(s, ":"); i >= 0 && !strings.HasSuffix(s, "]") {
+		p, err := parsePort(s[i+1:])
+		if err != nil {
+			return Destination{}, fmt.Errorf("%q: %v", raw, err)
 		}
 		host, port = s[:i], p
 	}
-	if strings.HasPrefix(host, "[") != strings.HasSuffix(host, "]") {
-		return Destination{}, fmt.Errorf("%q: unbalanced brackets", raw)
-	}
-	if strings.HasPrefix(host, "[") {
+	if strings.HasPrefix(host, "[") || strings.HasSuffix(host, "]") {
+		if !strings.HasPrefix(host, "[") || !strings.HasSuffix(host, "]") {
+			return Destination{}, fmt.Errorf("%q: unbalanced brackets", raw)
+		}
 		a, err := netip.ParseAddr(host[1 : len(host)-1])
 		if err != nil || !a.Is6() {
-			return Destination{}, fmt.Errorf("%q: %s is not an IPv6 address", raw, host)
+			return Destination{}, fmt.Errorf("%q: %s is not an IPv6 address (brackets are for IPv6 only)", raw, host)
 		}
-		return Destination{Host: a.String(), Addr: a, Port: port}, nil
+		return addrDestination(raw, a, port)
 	}
 	if a, err := netip.ParseAddr(host); err == nil {
 		if a.Is6() {
 			return Destination{}, fmt.Errorf("%q: put an IPv6 address in brackets before a port, e.g. [::1]:8080", raw)
 		}
-		return Destination{Host: a.String(), Addr: a, Port: port}, nil
+		return addrDestination(raw, a, port)
 	}
 	d := Destination{Port: port}
 	if rest, ok := strings.CutPrefix(host, "*."); ok {
 		d.Wildcard, host = true, rest
 	}
 	host = strings.ToLower(strings.TrimSuffix(host, "."))
-	if err := checkName(host); err != nil {
+	if err := CheckName(host); err != nil {
 		return Destination{}, fmt.Errorf("%q: %v", raw, err)
 	}
 	if d.Wildcard && !strings.Contains(host, ".") {
@@ -111,12 +123,50 @@ func Parse(s string) (Destination, error) {
 	return d, nil
 }
 
-// checkName accepts DNS names: labels of letters, digits, '-' and '_'.
-func checkName(h string) error {
+// addrDestination is the destination of address a: IPv4-mapped addresses
+// are unmapped, since the connection goes to the IPv4 address (and a
+// client may write either form), and addresses that name no single
+// destination are refused.
+func addrDestination(raw string, a netip.Addr, port int) (Destination, error) {
+	a = a.Unmap()
+	switch {
+	case a.IsUnspecified():
+		return Destination{}, fmt.Errorf("%q: the unspecified address is not a destination (write 127.0.0.1 for this host)", raw)
+	case a.IsMulticast():
+		return Destination{}, fmt.Errorf("%q: a multicast address is not a destination", raw)
+	}
+	return Destination{Host: a.String(), Addr: a, Port: port}, nil
+}
+
+// parsePort reads a port: decimal digits only (strconv.Atoi would take
+// "+80"), from 1 to 65535.
+func parsePort(s string) (int, error) {
+	p := 0
+	for _, r := range s {
+		if r < '0' || r > '9' || p > 65535 {
+			p = -1
+			break
+		}
+		p = p*10 + int(r-'0')
+	}
+	if s == "" || p < 1 || p > 65535 {
+		return 0, fmt.Errorf("port %q is not a number from 1 to 65535", s)
+	}
+	return p, nil
+}
+
+// CheckName reports whether h is a host name a destination may name:
+// lower-case ASCII labels of letters, digits, '-' and '_', the last one
+// not all digits (see the package doc), without a trailing dot. Parse
+// applies it to the names it reads; the egress proxy applies it to the
+// names clients ask for, so that a name no list could hold is refused as
+// malformed rather than looked up.
+func CheckName(h string) error {
 	if h == "" || len(h) > 253 {
 		return fmt.Errorf("not a host name")
 	}
-	for _, label := range strings.Split(h, ".") {
+	labels := strings.Split(h, ".")
+	for _, label := range labels {
 		if label == "" || len(label) > 63 {
 			return fmt.Errorf("not a host name (empty or overlong label)")
 		}
@@ -128,10 +178,17 @@ func checkName(h string) error {
 			case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-', r == '_':
 			case r == '*':
 				return fmt.Errorf("'*' is allowed only as a leading \"*.\"")
+			case r >= 'A' && r <= 'Z':
+				return fmt.Errorf("not a host name (upper-case %q: names are compared in lower case)", r)
+			case r > 0x7f:
+				return fmt.Errorf("not a host name (%q: write an internationalized name in its ASCII xn-- form)", r)
 			default:
 				return fmt.Errorf("not a host name (%q)", r)
 			}
 		}
+	}
+	if strings.Trim(labels[len(labels)-1], "0123456789") == "" {
+		return fmt.Errorf("not a host name (the last label is a number: write an IP address in its usual form, e.g. 127.0.0.1)")
 	}
 	return nil
 }
@@ -150,19 +207,29 @@ func ParseList(list []string) ([]Destination, error) {
 }
 
 // Match reports whether a connection to host:port is this destination.
-// host is a name or an address as the client wrote it.
+// host is a name or an address as the client wrote it (IPv6 with or
+// without brackets). A port outside 1-65535, a name that is not one
+// (CheckName, after lower-casing and dropping a trailing dot) and an
+// address with a zone match nothing.
 func (d Destination) Match(host string, port int) bool {
-	if d.Port != 0 && d.Port != port {
+	if port < 1 || port > 65535 || (d.Port != 0 && d.Port != port) {
 		return false
 	}
-	host = strings.Trim(host, "[]")
+	if h, ok := strings.CutPrefix(host, "["); ok {
+		if host, ok = strings.CutSuffix(h, "]"); !ok {
+			return false
+		}
+	}
 	if a, err := netip.ParseAddr(host); err == nil {
-		return d.Addr.IsValid() && d.Addr == a.Unmap()
+		return d.Addr.IsValid() && a.Zone() == "" && d.Addr == a.Unmap()
 	}
 	if d.Addr.IsValid() {
 		return false
 	}
 	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	if CheckName(host) != nil {
+		return false
+	}
 	if d.Wildcard {
 		return strings.HasSuffix(host, "."+d.Host)
 	}
