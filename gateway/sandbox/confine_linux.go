@@ -1,0 +1,192 @@
+package sandbox
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"unsafe"
+
+	seccomp "github.com/elastic/go-seccomp-bpf"
+	"github.com/landlock-lsm/go-landlock/landlock"
+	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
+	"kernel.org/pub/linux/libs/security/libcap/psx"
+)
+
+// dropCapabilities leaves the helper, on every thread, and whatever it
+// starts, with no capability at all: the bounding set is emptied (so a
+// program run as the namespace's root gains none), the securebits that
+// give root its capabilities at exec are locked off, and the effective,
+// permitted, inheritable and ambient sets are cleared. psx applies each
+// call to all threads, since a Go process forks from any of them.
+func dropCapabilities() error {
+	// linux/securebits.h: NOROOT, NO_SETUID_FIXUP, KEEP_CAPS and
+	// NO_CAP_AMBIENT_RAISE, each with its lock bit.
+	const (
+		noRoot            = 1<<0 | 1<<1
+		noSetuidFixup     = 1<<2 | 1<<3
+		keepCapsLocked    = 1 << 5
+		noCapAmbientRaise = 1<<6 | 1<<7
+		bits              = noRoot | noSetuidFixup | keepCapsLocked | noCapAmbientRaise
+	)
+	if _, _, e := psx.Syscall6(unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, bits, 0, 0, 0, 0); e != 0 {
+		return fmt.Errorf("securebits: %w", e)
+	}
+	last := lastCap()
+	for c := 0; c <= last; c++ {
+		if _, _, e := psx.Syscall6(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0, 0); e != 0 && e != unix.EINVAL {
+			return fmt.Errorf("bounding set, capability %d: %w", c, e)
+		}
+	}
+	if _, _, e := psx.Syscall6(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0, 0); e != 0 {
+		return fmt.Errorf("ambient set: %w", e)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if _, _, e := psx.Syscall3(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
+		return fmt.Errorf("capset: %w", e)
+	}
+	return nil
+}
+
+func lastCap() int {
+	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	if err != nil {
+		return 63
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 63
+	}
+	return n
+}
+
+// LandlockABI is the Landlock ABI version the kernel offers (0: none).
+func LandlockABI() int {
+	v, err := llsys.LandlockGetABIVersion()
+	if err != nil || v < 0 {
+		return 0
+	}
+	return v
+}
+
+// landlockCeiling is the newest Landlock ABI the sandbox uses. ABI 9
+// restricts connecting to named unix sockets, which the helper's relay to
+// the egress proxy does through a descriptor path Landlock cannot grant;
+// the mount namespace already hides every other socket.
+const landlockCeiling = 8
+
+// landlock restricts the helper, and so the runtime, to the sandbox's own
+// paths as a second layer under the mount namespace: reading and running
+// the system directories, the program and the read-only paths; writing
+// the workdir, the read-write paths, /tmp, HOME and /dev/shm; in its own
+// network namespace, TCP only to the egress relay; no signals or abstract
+// unix sockets outside its domain. It returns the ABI applied (0 when the
+// kernel has no Landlock).
+func (h *helper) landlock() (int, error) {
+	abi := min(LandlockABI(), landlockCeiling)
+	if abi == 0 {
+		return 0, nil
+	}
+	var roDirs, roFiles, rwDirs, rwFiles []string
+	for _, d := range SystemDirs {
+		if fi, err := os.Stat(d); err == nil && fi.IsDir() {
+			roDirs = append(roDirs, d)
+		}
+	}
+	roDirs = append(roDirs, "/proc", "/dev")
+	rwDirs = append(rwDirs, "/tmp", h.sp.Home, "/dev/shm")
+	rwFiles = append(rwFiles, "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+	for _, m := range h.sp.Mounts {
+		switch {
+		case m.Writable && m.File:
+			rwFiles = append(rwFiles, m.Target)
+		case m.Writable:
+			rwDirs = append(rwDirs, m.Target)
+		case m.File:
+			roFiles = append(roFiles, m.Target)
+		default:
+			roDirs = append(roDirs, m.Target)
+		}
+	}
+	rules := []landlock.Rule{landlock.RODirs(roDirs...), landlock.RWDirs(rwDirs...)}
+	if len(roFiles) > 0 {
+		rules = append(rules, landlock.ROFiles(roFiles...))
+	}
+	rules = append(rules, landlock.RWFiles(rwFiles...))
+	if h.sp.Network == NetworkProxy {
+		rules = append(rules, landlock.ConnectTCP(ProxyPort))
+	}
+	cfg := landlock.V8
+	if h.sp.Network == NetworkHost {
+		// The host's network is the policy: restrict files and scopes only.
+		cfg = landlock.Config{HandledAccessFS: cfg.HandledAccessFS, Scoped: cfg.Scoped}
+	}
+	if err := cfg.BestEffort().Restrict(rules...); err != nil {
+		return 0, err
+	}
+	return abi, nil
+}
+
+// deniedSyscalls are refused with EPERM inside every sandbox: nothing a
+// runtime needs, and each a way to reach around the namespaces (ptrace,
+// process_vm_*, mount and friends, setns, unshare), into the kernel's
+// larger attack surfaces (bpf, keyctl, perf_event_open, userfaultfd,
+// module and kexec loading), or at the host (reboot, swap, acct).
+var deniedSyscalls = []string{
+	"ptrace", "process_vm_readv", "process_vm_writev",
+	"bpf", "keyctl", "add_key", "request_key",
+	"mount", "umount2", "pivot_root", "setns", "unshare",
+	"perf_event_open", "userfaultfd",
+	"kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
+	"open_by_handle_at", "swapon", "swapoff", "reboot", "acct", "quotactl",
+}
+
+// newMountAPI is the mount API of Linux 5.2 and later, refused like mount.
+var newMountAPI = []string{"fsopen", "fsconfig", "fsmount", "fspick", "move_mount", "open_tree", "mount_setattr"}
+
+// namespaceFlags may not be passed to clone: a new namespace is a way to
+// regain capabilities (in a user namespace of its own) and more kernel
+// surface.
+var namespaceFlags = []uint64{unix.CLONE_NEWUSER, unix.CLONE_NEWNS, unix.CLONE_NEWPID, unix.CLONE_NEWNET,
+	unix.CLONE_NEWIPC, unix.CLONE_NEWUTS, unix.CLONE_NEWCGROUP, unix.CLONE_NEWTIME}
+
+// seccompPolicy is the syscall filter of every sandbox.
+func seccompPolicy() seccomp.Policy {
+	var conds []seccomp.NameWithConditions
+	for _, f := range namespaceFlags {
+		conds = append(conds, seccomp.NameWithConditions{Name: "clone", Conditions: seccomp.ArgumentConditions{
+			{Argument: 0, Operation: seccomp.BitsSet, Value: f}}})
+	}
+	// Typing into a terminal's input queue. The sandbox has no terminal
+	// (its session is new and /dev has none), so this is a second layer.
+	for _, req := range []uint64{unix.TIOCSTI, unix.TIOCLINUX} {
+		conds = append(conds, seccomp.NameWithConditions{Name: "ioctl", Conditions: seccomp.ArgumentConditions{
+			{Argument: 1, Operation: seccomp.Equal, Value: req}}})
+	}
+	groups := []seccomp.SyscallGroup{
+		{Action: seccomp.ActionErrno, Names: deniedSyscalls, NamesWithCondtions: conds},
+		// clone3 passes its flags in memory, where a filter cannot look:
+		// ENOSYS makes C libraries and Go fall back to clone.
+		{Action: seccomp.ActionErrno | seccomp.Action(unix.ENOSYS), Names: []string{"clone3"}},
+	}
+	if knownSyscalls(newMountAPI) {
+		groups[0].Names = append(groups[0].Names, newMountAPI...)
+	}
+	return seccomp.Policy{DefaultAction: seccomp.ActionAllow, Syscalls: groups}
+}
+
+// knownSyscalls reports whether the filter library knows every name (its
+// tables may predate the newest calls).
+func knownSyscalls(names []string) bool {
+	p := seccomp.Policy{DefaultAction: seccomp.ActionAllow, Syscalls: []seccomp.SyscallGroup{{Action: seccomp.ActionErrno, Names: names}}}
+	_, err := p.Assemble()
+	return err == nil
+}
+
+// loadSeccomp loads the filter on every thread (TSYNC) with
+// no_new_privs; the runtime inherits it and cannot remove it.
+func loadSeccomp() error {
+	return seccomp.LoadFilter(seccomp.Filter{NoNewPrivs: true, Flag: seccomp.FilterFlagTSync, Policy: seccompPolicy()})
+}
