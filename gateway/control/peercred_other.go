@@ -12,3 +12,9 @@ import (
 func peerCred(*net.UnixConn) (Peer, error) {
 	return Peer{}, errors.New("peer credentials are not supported on this platform")
 }
+
+// checkPeerProcess is never reached here (peerCred refuses every
+// connection first); it refuses too, should that change.
+func checkPeerProcess(_ *net.UnixConn, pid int, _ func(pid int) error) error {
+	return Errorf(CodePermission, "cannot check pid %d: peer processes cannot be checked on this platform: refused", pid)
+}

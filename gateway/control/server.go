@@ -56,6 +56,12 @@ type ServerConfig struct {
 	// its connection is closed; default 10s. A client that stops reading
 	// cannot hold up the gateway.
 	WriteTimeout time.Duration
+	// PeerPolicy checks the process behind each connection that passes
+	// the uid check: no runtime, nothing a runtime started, nothing in
+	// another user or pid namespace. The zero value is the running
+	// gateway's policy (os.Getpid(), /proc); tests set GatewayPID to
+	// another process so that their own children may connect.
+	PeerPolicy PeerPolicy
 }
 
 // Limits of one connection.
@@ -67,7 +73,9 @@ const (
 
 // Server answers JSON-RPC 2.0 requests, one JSON object per line, on the
 // control socket. Each connection is checked with its peer credentials
-// first: only the gateway's own uid and root may use it.
+// first: only the gateway's own uid and root may use it, and then only
+// from a process that is neither the gateway's descendant nor in another
+// user or pid namespace (PeerPolicy).
 type Server struct {
 	cfg     ServerConfig
 	log     hclog.Logger
@@ -92,6 +100,7 @@ func NewServer(cfg ServerConfig) *Server {
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 10 * time.Second
 	}
+	cfg.PeerPolicy = cfg.PeerPolicy.withDefaults()
 	return &Server{cfg: cfg, log: cfg.Logger, uid: os.Getuid(), started: time.Now(), conns: map[*conn]struct{}{}}
 }
 
@@ -187,8 +196,10 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
 	peer, err := peerCred(c)
 	if err != nil {
 		peer = Peer{UID: -1, GID: -1} // unknown: refused
-	} else {
-		err = Authorize(peer, s.uid)
+	} else if err = Authorize(peer, s.uid); err == nil {
+		// The uid first: another user learns nothing from the policy's
+		// reasons. Then the process: a runtime has the gateway's uid.
+		err = checkPeerProcess(c, peer.PID, s.cfg.PeerPolicy.Check)
 	}
 	if err != nil {
 		s.log.Warn("control connection refused", "uid", peer.UID, "pid", peer.PID, "error", err)
