@@ -3,11 +3,13 @@ package agents
 import (
 	"bytes"
 	"encoding/json"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/bcpgw/bcpgw/bcp"
+	"github.com/bcpgw/bcpgw/internal/netpolicy"
 )
 
 // The tools that gate protocol rights. Other tool names are passed to the
@@ -45,8 +47,12 @@ type Definition struct {
 	File        string // the path it was loaded from
 	// Runtime is the argv of the runtime process.
 	Runtime []string
-	// Workdir is the runtime's working directory, resolved against the
-	// definition file's directory (default: that directory).
+	// Workdir is the runtime's working directory, absolute and cleaned (a
+	// relative one is resolved against the definition file's directory).
+	// Empty when the definition sets none: the gateway then gives the agent
+	// a directory of its own under the state directory (DefaultWorkdir),
+	// never the definitions folder, which a runtime must not be able to
+	// write to.
 	Workdir string
 	// Env holds the only variables the runtime gets besides PATH, HOME, LANG
 	// and BCPGW_AGENT. Values are kept as written; ${VAR} is expanded when
@@ -61,9 +67,16 @@ type Definition struct {
 	CronSchedules []CronSchedule
 	// SystemPrompt is the Markdown body after the frontmatter.
 	SystemPrompt string
+	// Sandbox is how the runtime is contained (PROTOCOL.md section 8).
+	// Without a sandbox key: sandboxed, no extra paths, network none.
+	Sandbox Sandbox
 
 	lines  lineIndex
 	broken bool // loaded with errors; its peers skip the mirror checks
+	// readOnlyAt and readWriteAt are the field paths of Sandbox.ReadOnly
+	// and Sandbox.ReadWrite, item by item, for the load-time path rules
+	// (a refused item leaves a gap in the lists, not in the numbering).
+	readOnlyAt, readWriteAt []string
 }
 
 // Equal reports whether d and o define the same agent: every field an
@@ -96,7 +109,28 @@ func (d *Definition) fingerprint() ([]byte, error) {
 	if len(c.CronSchedules) == 0 {
 		c.CronSchedules = nil
 	}
+	// netpolicy.Destination holds a netip.Addr, which encodes as its
+	// canonical text (MarshalText), so equal lists encode equally.
+	if len(c.Sandbox.ReadOnly) == 0 {
+		c.Sandbox.ReadOnly = nil
+	}
+	if len(c.Sandbox.ReadWrite) == 0 {
+		c.Sandbox.ReadWrite = nil
+	}
+	if len(c.Sandbox.Network.Allow) == 0 {
+		c.Sandbox.Network.Allow = nil
+	}
 	return json.Marshal(&c)
+}
+
+// holds reports whether d has a channel with role r.
+func (d *Definition) holds(r Role) bool {
+	for _, c := range d.Channels {
+		if c.Role == r {
+			return true
+		}
+	}
+	return false
 }
 
 // HasTool reports whether the definition lists tool (case-sensitive).
@@ -110,6 +144,52 @@ func (d *Definition) Channel(peer string) *Channel {
 		}
 	}
 	return nil
+}
+
+// DefaultWorkdir is the working directory of an agent whose definition
+// sets no workdir: a directory of its own under the gateway's state
+// directory, so that agents never share one and none works in the
+// definitions folder.
+func DefaultWorkdir(stateDir, agent string) string {
+	return filepath.Join(stateDir, "work", agent)
+}
+
+// Sandbox is the containment a definition asks for. Every runtime is
+// sandboxed unless None is set; the gateway refuses to start an agent
+// whose sandbox the kernel cannot provide.
+type Sandbox struct {
+	// None is "sandbox: none": the runtime runs with everything its user
+	// can reach. bcpgw run refuses such a set unless started with
+	// --allow-unsandboxed (see Set.Unsandboxed).
+	None bool
+	// ReadOnly are extra paths visible read-only inside the sandbox, at
+	// the same path. Absolute and cleaned: relative ones are resolved
+	// against the definition file's directory, like workdir.
+	ReadOnly []string
+	// ReadWrite are extra writable paths, resolved like ReadOnly.
+	ReadWrite []string
+	// Network is what the runtime may reach over the network.
+	Network Network
+}
+
+// NetworkMode says how a sandboxed runtime reaches the network.
+type NetworkMode string
+
+// The network modes.
+const (
+	NetworkNone  NetworkMode = "none"  // default: no network at all
+	NetworkHost  NetworkMode = "host"  // the host's network, loopback included
+	NetworkProxy NetworkMode = "proxy" // only Allow, through the gateway's egress proxy
+)
+
+// Network is a sandbox's network policy.
+type Network struct {
+	// Mode is NetworkNone unless the definition says otherwise; read the
+	// empty mode of a Definition built in code as NetworkNone too.
+	Mode NetworkMode
+	// Allow lists the destinations reachable through the egress proxy,
+	// in the order written; set only when Mode is NetworkProxy.
+	Allow []netpolicy.Destination
 }
 
 // Channel is one side of a BCP channel, as one agent declares it.

@@ -77,11 +77,17 @@ func equalSet(t *testing.T, main string) *agents.Set {
 
 // reloaded loads equalMain and equalResearcher, rewrites main.md with main
 // in the same directory, as an operator editing before a reload would,
-// and loads again. The directory is the same for both loads, so that the
-// default workdir (the file's directory) is too.
+// and loads again. The directory is the same for both loads, so that
+// relative paths (workdir, sandbox paths) resolve the same way.
 func reloaded(t *testing.T, main string) (before, after *agents.Set) {
 	t.Helper()
-	dir := writeSet(t, map[string]string{"main.md": equalMain, "researcher.md": equalResearcher})
+	return reloadedFrom(t, equalMain, main)
+}
+
+// reloadedFrom is reloaded with base instead of equalMain.
+func reloadedFrom(t *testing.T, base, main string) (before, after *agents.Set) {
+	t.Helper()
+	dir := writeSet(t, map[string]string{"main.md": base, "researcher.md": equalResearcher})
 	before = mustLoad(t, dir)
 	if err := os.WriteFile(filepath.Join(dir, "main.md"), []byte(main), 0o644); err != nil {
 		t.Fatal(err)
@@ -211,20 +217,32 @@ func TestDefinitionEqualIgnoresFilePath(t *testing.T) {
 		t.Errorf("main renamed from %s to %s: Equal = %v, want true", m.File, n.File, m.Equal(n))
 	}
 
-	// The same set in two directories: Equal once the workdir, which
-	// otherwise resolves against the file's directory, is absolute.
-	pinned := edited(t, equalMain, "model: sonnet\n", "model: sonnet\nworkdir: /srv/agents\n")
-	x := mustLoad(t, writeSet(t, map[string]string{"main.md": pinned, "researcher.md": equalResearcher})).Agent("main")
-	y := mustLoad(t, writeSet(t, map[string]string{"orchestrator.md": pinned, "researcher.md": equalResearcher})).Agent("main")
-	if filepath.Dir(x.File) == filepath.Dir(y.File) || !x.Equal(y) {
-		t.Errorf("main with an absolute workdir in %s and %s: Equal = %v, want true", x.File, y.File, x.Equal(y))
+	// The same set in two directories: Equal, as nothing resolves against
+	// the directory (without workdir the gateway chooses one under its
+	// state directory, whatever the definitions' directory).
+	x := mustLoad(t, writeSet(t, map[string]string{"main.md": equalMain, "researcher.md": equalResearcher})).Agent("main")
+	y := mustLoad(t, writeSet(t, map[string]string{"orchestrator.md": equalMain, "researcher.md": equalResearcher})).Agent("main")
+	if filepath.Dir(x.File) == filepath.Dir(y.File) || x.Workdir != "" || !x.Equal(y) {
+		t.Errorf("main (no workdir) in %s and %s: Workdir %q, Equal = %v, want \"\" and true", x.File, y.File, x.Workdir, x.Equal(y))
 	}
-	// With the default workdir the two differ for real: the runtime
-	// would start in another directory.
-	x = mustLoad(t, writeSet(t, map[string]string{"main.md": equalMain, "researcher.md": equalResearcher})).Agent("main")
-	y = mustLoad(t, writeSet(t, map[string]string{"main.md": equalMain, "researcher.md": equalResearcher})).Agent("main")
-	if x.Workdir == y.Workdir || x.Equal(y) {
-		t.Errorf("main in %s and in %s (default workdir): Equal = %v, want false", x.Workdir, y.Workdir, x.Equal(y))
+	// So is an absolute workdir.
+	pinned := edited(t, equalMain, "model: sonnet\n", "model: sonnet\nworkdir: /srv/agents\n")
+	x = mustLoad(t, writeSet(t, map[string]string{"main.md": pinned, "researcher.md": equalResearcher})).Agent("main")
+	y = mustLoad(t, writeSet(t, map[string]string{"orchestrator.md": pinned, "researcher.md": equalResearcher})).Agent("main")
+	if !x.Equal(y) {
+		t.Errorf("main with an absolute workdir in %s and %s: Equal = false, want true", x.File, y.File)
+	}
+	// A relative workdir or sandbox path differs for real: the runtime
+	// would start in, or see, another directory.
+	for _, line := range []string{"workdir: ../work-main\n", "sandbox: {read_only: [../models]}\n"} {
+		relative := edited(t, equalMain, "model: sonnet\n", "model: sonnet\n"+line)
+		// In agents/ below two temporary directories, so that ../ differs.
+		files := map[string]string{"agents/main.md": relative, "agents/researcher.md": equalResearcher}
+		x = mustLoad(t, filepath.Join(writeSet(t, files), "agents")).Agent("main")
+		y = mustLoad(t, filepath.Join(writeSet(t, files), "agents")).Agent("main")
+		if x.Equal(y) {
+			t.Errorf("main with %q in %s and in %s: Equal = true, want false", line, x.File, y.File)
+		}
 	}
 }
 
@@ -257,7 +275,13 @@ func TestDefinitionEqualDetectsChanges(t *testing.T) {
 		{"max_turns", "max_turns: 20", "max_turns: 21"},
 		{"idle_timeout", "idle_timeout: 10m", "idle_timeout: 11m"},
 		{"autostart", "model: sonnet\n", "model: sonnet\nautostart: true\n"},
-		{"workdir", "model: sonnet\n", "model: sonnet\nworkdir: sub\n"},
+		{"workdir", "model: sonnet\n", "model: sonnet\nworkdir: ../work-main\n"},
+		{"sandbox none", "model: sonnet\n", "model: sonnet\nsandbox: none\n"},
+		{"sandbox read_only", "model: sonnet\n", "model: sonnet\nsandbox: {read_only: [/opt/models]}\n"},
+		{"sandbox read_write", "model: sonnet\n", "model: sonnet\nsandbox: {read_write: [/srv/drop]}\n"},
+		{"sandbox network host", "model: sonnet\n", "model: sonnet\nsandbox: {network: host}\n"},
+		{"sandbox network list", "model: sonnet\n", "model: sonnet\nsandbox: {network: [api.openai.com]}\n"},
+		{"sandbox network IP", "model: sonnet\n", "model: sonnet\nsandbox: {network: [\"127.0.0.1:11434\"]}\n"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -269,6 +293,58 @@ func TestDefinitionEqualDetectsChanges(t *testing.T) {
 			// The agent not edited stays Equal.
 			if !base.Agent("researcher").Equal(set.Agent("researcher")) {
 				t.Errorf("researcher is not Equal after an edit of main's %s", c.name)
+			}
+		})
+	}
+}
+
+// sandboxedMain is equalMain with every sandbox field set.
+var sandboxedMain = strings.Replace(equalMain, "model: sonnet\n", `model: sonnet
+sandbox:
+  read_only: [/opt/models, /opt/data]
+  read_write: [/srv/drop]
+  network: [api.openai.com, "127.0.0.1:11434", "*.example.org:443", "[::1]:8080"]
+`, 1)
+
+// Edits inside sandbox: those that change what the runtime may reach
+// count; spelling the same policy another way does not.
+func TestDefinitionEqualSandbox(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name      string
+		base      string
+		old, new  string
+		wantEqual bool
+	}{
+		{"read_only path", sandboxedMain, "/opt/models", "/opt/model", false},
+		{"read_only order", sandboxedMain, "[/opt/models, /opt/data]", "[/opt/data, /opt/models]", false},
+		{"read_only path removed", sandboxedMain, "[/opt/models, /opt/data]", "[/opt/models]", false},
+		{"read_write path", sandboxedMain, "/srv/drop", "/srv/drop2", false},
+		{"read_write moved to read_only", sandboxedMain, "[/opt/models, /opt/data]\n  read_write: [/srv/drop]", "[/opt/models, /opt/data, /srv/drop]", false},
+		{"destination host", sandboxedMain, "api.openai.com", "api.anthropic.com", false},
+		{"destination IPv4", sandboxedMain, "127.0.0.1:11434", "127.0.0.2:11434", false},
+		{"destination IPv6", sandboxedMain, "[::1]:8080", "[::2]:8080", false},
+		{"destination port", sandboxedMain, "127.0.0.1:11434", "127.0.0.1:11435", false},
+		{"destination wildcard", sandboxedMain, "*.example.org:443", "example.org:443", false},
+		{"network host", sandboxedMain, `network: [api.openai.com, "127.0.0.1:11434", "*.example.org:443", "[::1]:8080"]`, "network: host", false},
+		{"network none", sandboxedMain, `network: [api.openai.com, "127.0.0.1:11434", "*.example.org:443", "[::1]:8080"]`, "network: none", false},
+		{"sandbox none", sandboxedMain, "sandbox:\n  read_only: [/opt/models, /opt/data]\n  read_write: [/srv/drop]\n  network: [api.openai.com, \"127.0.0.1:11434\", \"*.example.org:443\", \"[::1]:8080\"]\n", "sandbox: none\n", false},
+
+		{"flow style", sandboxedMain, "sandbox:\n  read_only: [/opt/models, /opt/data]\n  read_write: [/srv/drop]\n",
+			"sandbox:\n  read_write:\n    - /srv/drop\n  read_only:\n    - /opt/models\n    - /opt/data\n", true},
+		{"unclean paths", sandboxedMain, "[/opt/models, /opt/data]", "[/opt/models/, /opt/x/../data]", true},
+		{"host name case and final dot", sandboxedMain, "api.openai.com", "API.OpenAI.com.", true},
+		{"IPv6 spelling", sandboxedMain, "[::1]:8080", "[0:0:0:0:0:0:0:1]:8080", true},
+		{"explicit defaults", equalMain, "model: sonnet\n", "model: sonnet\nsandbox: {read_only: [], read_write: [], network: none}\n", true},
+		{"empty sandbox map", equalMain, "model: sonnet\n", "model: sonnet\nsandbox: {}\n", true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			base, set := reloadedFrom(t, c.base, edited(t, c.base, c.old, c.new))
+			a, b := base.Agent("main"), set.Agent("main")
+			if got := a.Equal(b); got != c.wantEqual || b.Equal(a) != c.wantEqual {
+				t.Errorf("Equal after %q -> %q: got %v, want %v\nbefore %+v\nafter  %+v", c.old, c.new, got, c.wantEqual, a.Sandbox, b.Sandbox)
 			}
 		})
 	}

@@ -29,6 +29,9 @@ func FuzzParse(f *testing.F) {
 		"no frontmatter",
 		"---\nname: a\n",
 		"\x00\x01\x02",
+		"---\nname: a\nruntime: b\nworkdir: ../w\nsandbox:\n  read_only: [x, /y/, \"\"]\n  read_write: [/, \"a\\0\"]\n  network: [\"[::1]:8\", \"*.a.b\", host]\n---\n",
+		"---\nname: a\nruntime: b\nsandbox: none\n---\n",
+		"---\nname: a\nruntime: b\nsandbox: {network: []}\n---\n",
 	} {
 		f.Add([]byte(s))
 	}

@@ -83,11 +83,24 @@ func (s *Set) SubscriptionsFor(reader string) []*Subscription {
 	return out
 }
 
-// LoadDir loads every .md file of dir (not recursing) as one set and
-// applies the rules that span files: unique names, existing peers, mirror
-// channels, effective categories. Other files are skipped with a note. On
-// failure the error is a *LoadError with every problem of every file.
-func LoadDir(dir string) (*Set, error) {
+// LoadOptions is what Load needs to know beyond the directory itself.
+type LoadOptions struct {
+	// StateDir is the gateway's state directory. When set, no workdir or
+	// sandbox path may reach into it. Only bcpgw run and check know it;
+	// validate applies the rule when given --state.
+	StateDir string
+}
+
+// LoadDir is Load without options: the rules that need the state
+// directory are not applied.
+func LoadDir(dir string) (*Set, error) { return Load(dir, LoadOptions{}) }
+
+// Load loads every .md file of dir (not recursing) as one set and applies
+// the rules that span files: unique names, existing peers, mirror
+// channels, effective categories, and the paths agents may use (see
+// checkPaths). Other files are skipped with a note. On failure the error
+// is a *LoadError with every problem of every file.
+func Load(dir string, opts LoadOptions) (*Set, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("read agents directory: %w", err)
@@ -133,6 +146,7 @@ func LoadDir(dir string) (*Set, error) {
 	}
 	slices.SortFunc(set.Agents, func(a, b *Definition) int { return cmp.Compare(a.Name, b.Name) })
 	errs = append(errs, set.link()...)
+	errs = append(errs, set.checkPaths(opts.StateDir)...)
 	set.warn()
 	if len(errs) > 0 {
 		sortErrors(errs)

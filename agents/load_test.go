@@ -237,7 +237,9 @@ func TestExampleDefinitions(t *testing.T) {
 		{"main.HasTool(BCPQuery)", main.HasTool(agents.ToolQuery), true},
 		{"main.HasTool(bcpquery)", main.HasTool("bcpquery"), false},
 		{"main.IdleTimeout", main.IdleTimeout, 10 * time.Minute},
-		{"main.Workdir", main.Workdir, examplesDir},
+		{"main.Workdir (default: the gateway's choice)", main.Workdir, ""},
+		{"main.Sandbox.None", main.Sandbox.None, false},
+		{"main.Sandbox.Network.Mode", main.Sandbox.Network.Mode, agents.NetworkNone},
 		{"main.Autostart", main.Autostart, false},
 		{"main.prompt", strings.HasPrefix(main.SystemPrompt, "You are the main orchestrator."), true},
 		{"main.prompt has no frontmatter", strings.Contains(main.SystemPrompt, "bcp_channels"), false},
@@ -440,23 +442,53 @@ func TestRuntimeAndTools(t *testing.T) {
 	}
 }
 
+// TestWorkdir: without workdir the definition leaves the choice to the
+// gateway (a directory of its own under the state directory); a relative
+// workdir resolves against the definition file's directory, and never
+// into the agents directory.
 func TestWorkdir(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		yaml string
 		want func(dir string) string
 	}{
-		{"", func(dir string) string { return dir }},
-		{"workdir: .\n", func(dir string) string { return dir }},
-		{"workdir: sub\n", func(dir string) string { return filepath.Join(dir, "sub") }},
-		{"workdir: sub/../other/\n", func(dir string) string { return filepath.Join(dir, "other") }},
+		{"", func(string) string { return "" }},
 		{"workdir: ../up\n", func(dir string) string { return filepath.Join(filepath.Dir(dir), "up") }},
+		{"workdir: ../up/sub/../other/\n", func(dir string) string { return filepath.Join(filepath.Dir(dir), "up", "other") }},
 		{"workdir: /opt/agent/\n", func(string) string { return "/opt/agent" }},
+		{"workdir: //opt//agent\n", func(string) string { return "/opt/agent" }},
 	}
 	for _, tt := range tests {
 		dir := writeSet(t, map[string]string{"solo.md": solo(tt.yaml)})
 		if got, want := mustLoad(t, dir).Agent("solo").Workdir, tt.want(dir); got != want {
 			t.Errorf("%q: Workdir: got %q, want %q", tt.yaml, got, want)
+		}
+	}
+}
+
+func TestWorkdirRefused(t *testing.T) {
+	t.Parallel()
+	const why = ": a runtime must not be able to change definitions; choose a directory outside it, or leave workdir out for one of its own under the state directory"
+	tests := []struct {
+		yaml string
+		want string // the error, DIR for the agents directory
+	}{
+		{"workdir: .\n", "solo.md:4: workdir: DIR is the agents directory DIR" + why},
+		{"workdir: sub\n", "solo.md:4: workdir: DIR/sub is inside the agents directory DIR" + why},
+		{"workdir: sub/../other/\n", "solo.md:4: workdir: DIR/other is inside the agents directory DIR" + why},
+		{"workdir: ..\n", "solo.md:4: workdir: PARENT contains the agents directory DIR" + why},
+		{"workdir: \"\"\n", "solo.md:4: workdir: must not be empty"},
+		{"workdir: /\n", `solo.md:4: workdir: "/" is the root directory: name the directories the runtime needs`},
+		{"workdir: /..\n", `solo.md:4: workdir: "/.." is the root directory: name the directories the runtime needs`},
+		{"workdir: \"/srv/a\\0b\"\n", "solo.md:4: workdir: must not contain a NUL character"},
+	}
+	for _, tt := range tests {
+		dir := writeSet(t, map[string]string{"solo.md": solo(tt.yaml)})
+		got := errorLines(loadErrors(t, dir), dir)
+		want := strings.ReplaceAll(strings.ReplaceAll(tt.want, "PARENT", filepath.Dir(dir)), "DIR", dir)
+		want = strings.ReplaceAll(want, dir+string(filepath.Separator), "") // as errorLines does
+		if !slices.Equal(got, []string{want}) {
+			t.Errorf("%q:\ngot  %q\nwant %q", tt.yaml, got, []string{want})
 		}
 	}
 }
@@ -646,7 +678,7 @@ func TestLoadErrorText(t *testing.T) {
 	want := []string{
 		main + ":17: bcp_channels[0].subscriptions[1].category: 3 exceeds channel max_category 2",
 		zz + ":1: name: required",
-		zz + ":3: budget: unknown field (known: autostart, bcp_channels, cron_schedules, description, env, idle_timeout, max_turns, model, name, runtime, tools, workdir)",
+		zz + ":3: budget: unknown field (known: autostart, bcp_channels, cron_schedules, description, env, idle_timeout, max_turns, model, name, runtime, sandbox, tools, workdir)",
 	}
 	var got []string
 	form := regexp.MustCompile(`^(.+\.md):(\d+): ([a-z_]+(\[\d+\])?)(\.[a-z_]+(\[\d+\])?)*: .+$`)
@@ -689,7 +721,7 @@ func TestParseOneFile(t *testing.T) {
 	}{
 		{"Name", d.Name, "main"},
 		{"File", d.File, "dir/main.md"},
-		{"Workdir", d.Workdir, "dir"},
+		{"Workdir", d.Workdir, ""},
 		{"Channels", len(d.Channels), 1},
 		{"Channel(ghost).Role", d.Channel("ghost").Role, agents.RoleController},
 		{"Channel(ghost).BudgetBits", d.Channel("ghost").BudgetBits, int64(10)},

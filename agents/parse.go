@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -37,9 +36,9 @@ var (
 const reservedEnv = "BCPGW_AGENT"
 
 // Parse parses one definition file. path is used for error messages and to
-// resolve workdir. On failure the error is a *LoadError listing every
+// resolve workdir and sandbox paths. On failure the error is a *LoadError listing every
 // problem found in the file. Rules that need the whole set (peers,
-// mirrors, duplicate names) are checked by LoadDir.
+// mirrors, duplicate names, the paths agents may use) are checked by Load.
 func Parse(path string, data []byte) (*Definition, error) {
 	def, errs := parseFile(path, data)
 	if len(errs) > 0 {
@@ -50,7 +49,7 @@ func Parse(path string, data []byte) (*Definition, error) {
 }
 
 // parseFile returns the definition, possibly partial, and its problems.
-// LoadDir keeps a partial definition that has a name so that its peers are
+// Load keeps a partial definition that has a name so that its peers are
 // not reported missing because of an unrelated typo.
 func parseFile(path string, data []byte) (*Definition, []*ParseError) {
 	d := &decoder{file: path, offset: 1, lines: lineIndex{}}
@@ -114,8 +113,8 @@ func parse(d *decoder, data []byte) *Definition {
 
 	def := &Definition{
 		File:         d.file,
-		Workdir:      filepath.Dir(d.file),
 		IdleTimeout:  DefaultIdleTimeout,
+		Sandbox:      Sandbox{Network: Network{Mode: NetworkNone}},
 		SystemPrompt: strings.TrimSpace(string(data[fm.bodyStart:])),
 		lines:        d.lines,
 	}
@@ -138,10 +137,7 @@ func parse(d *decoder, data []byte) *Definition {
 		},
 		"workdir": func(n *yaml.Node, p string) {
 			if s, ok := d.str(n, p); ok {
-				def.Workdir = filepath.Join(filepath.Dir(d.file), s)
-				if filepath.IsAbs(s) {
-					def.Workdir = filepath.Clean(s)
-				}
+				def.Workdir, _ = d.localPath(n, p, s)
 			}
 		},
 		"env": func(n *yaml.Node, p string) {
@@ -193,6 +189,7 @@ func parse(d *decoder, data []byte) *Definition {
 				}
 			})
 		},
+		"sandbox": func(n *yaml.Node, p string) { d.sandbox(n, p, def) },
 	})
 	if def.Name == "" && !d.has("name") {
 		d.errorf(1, "name", "required")
