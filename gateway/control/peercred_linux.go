@@ -54,8 +54,8 @@ func checkPeerProcess(c *net.UnixConn, pid int, check func(pid int) error) error
 		return fmt.Errorf("peer process: %w", err)
 	}
 	switch {
-	case errors.Is(optErr, unix.ENOPROTOOPT), errors.Is(optErr, unix.EINVAL):
-		return check(pid) // a kernel without SO_PEERPIDFD
+	case errors.Is(optErr, unix.ENOPROTOOPT):
+		return check(pid) // a kernel without SO_PEERPIDFD (before 6.5)
 	case errors.Is(optErr, unix.ESRCH):
 		return Errorf(CodePermission, "pid %d exited before it could be checked: refused", pid)
 	case optErr != nil:
