@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -245,4 +246,22 @@ func TestCheckPeerProcessHoldsThePeer(t *testing.T) {
 			t.Fatalf("checkPeerProcess = %v, want the check's error", err)
 		}
 	})
+}
+
+// The zero policy is the running process's: this test process is
+// allowed (it is the "gateway"), and it is not its own descendant.
+func TestPeerPolicyZeroValue(t *testing.T) {
+	if err := (PeerPolicy{}).Check(os.Getpid()); err != nil {
+		t.Errorf("Check(own pid) = %v, want allowed", err)
+	}
+	// The parent (go test, a shell) is not a descendant of this process;
+	// its namespaces are readable if it is of the same user.
+	ppid := os.Getppid()
+	var st syscall.Stat_t
+	if err := syscall.Stat("/proc/"+strconv.Itoa(ppid), &st); err != nil || int(st.Uid) != os.Getuid() {
+		t.Skipf("the parent, pid %d, is not this user's process (%v): it would be refused, as its namespaces cannot be read", ppid, err)
+	}
+	if err := (PeerPolicy{}).Check(ppid); err != nil {
+		t.Errorf("Check(parent pid %d) = %v, want allowed", ppid, err)
+	}
 }
