@@ -1,10 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -15,18 +19,27 @@ import (
 
 func newValidateCmd() *cobra.Command {
 	var asJSON bool
+	var stateDir string
 	cmd := &cobra.Command{
 		Use:   "validate DIR",
 		Short: "Check a directory of agent definitions and summarize it",
 		Long: `Loads every .md definition in DIR as one set, applies every load-time rule
-and prints a summary: each agent, its channels (effective max category and
-both sides' budgets) and each subscription with its bits per push.
+and prints a summary: each agent, its sandbox (workdir, extra read-only and
+writable paths, network), its channels (effective max category and both
+sides' budgets) and each subscription with its bits per push.
+
+With --state (or BCPGW_STATE), the rules about the state directory are
+applied too (no workdir or sandbox path may reach into it), as bcpgw run
+applies them; without it they are not.
+
+An agent with sandbox: none is valid but printed as a WARNING: bcpgw run
+refuses such a set unless started with --allow-unsandboxed.
 
 Errors read path/file.md:LINE: field.path: message, all of them at once.
 Exit status: 0 valid (warnings may be printed), 1 invalid.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			set, err := agents.LoadDir(args[0])
+			set, err := agents.Load(args[0], agents.LoadOptions{StateDir: stateDir})
 			var le *agents.LoadError
 			if err != nil && !errors.As(err, &le) {
 				// The directory itself is unreadable: report it like any
@@ -35,13 +48,13 @@ Exit status: 0 valid (warnings may be printed), 1 invalid.`,
 			}
 			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
 			if asJSON {
-				if err := json.NewEncoder(out).Encode(validateReport(args[0], set, le)); err != nil {
+				if err := json.NewEncoder(out).Encode(validateReport(args[0], stateDir, set, le)); err != nil {
 					return err
 				}
 			} else {
 				printProblems(errOut, set, le)
 				if set != nil {
-					printSummary(out, set)
+					printSummary(out, set, stateDir)
 				}
 			}
 			if le != nil {
@@ -51,7 +64,79 @@ Exit status: 0 valid (warnings may be printed), 1 invalid.`,
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object instead of text")
+	cmd.Flags().StringVar(&stateDir, "state", os.Getenv("BCPGW_STATE"), "the gateway's state directory, to check that no agent reaches into it (env BCPGW_STATE; optional)")
 	return cmd
+}
+
+// printUnsandboxed warns, loudly and apart from the summary, about every
+// agent that opted out of the sandbox: such a runtime can reach around
+// every guarantee the gateway gives on the pipe.
+func printUnsandboxed(w io.Writer, set *agents.Set) {
+	for _, d := range set.Unsandboxed() {
+		fmt.Fprintf(w, "WARNING %s: NOT SANDBOXED (sandbox: none): its runtime can reach everything its user can; "+
+			"bcpgw run refuses this set unless started with --allow-unsandboxed\n", d.Name)
+	}
+}
+
+// unsandboxedRefusal is why bcpgw run refuses a set with sandbox: none
+// agents unless started with --allow-unsandboxed: it names them and the
+// two ways out.
+func unsandboxedRefusal(open []*agents.Definition) string {
+	names := make([]string, len(open))
+	for i, d := range open {
+		names[i] = fmt.Sprintf("%s (%s)", d.Name, d.File)
+	}
+	verb, whose := "says", "its runtime"
+	if len(open) > 1 {
+		verb, whose = "say", "their runtimes"
+	}
+	return fmt.Sprintf("refusing to run without a sandbox: %s %s sandbox: none, so %s could reach everything this user can; "+
+		"remove sandbox: none, or start bcpgw run with --allow-unsandboxed", strings.Join(names, ", "), verb, whose)
+}
+
+// sandboxLine describes d's sandbox in one line. stateDir may be empty,
+// then a default workdir is shown as <state>/work/NAME.
+func sandboxLine(d *agents.Definition, stateDir string) string {
+	workdir, _ := workdirOf(d, stateDir)
+	if d.Workdir == "" {
+		workdir += " (default)"
+	}
+	if d.Sandbox.None {
+		return "none (NOT SANDBOXED: its runtime can reach everything its user can), workdir " + workdir
+	}
+	return fmt.Sprintf("workdir %s, read-only [%s], read-write [%s], network %s", workdir,
+		strings.Join(d.Sandbox.ReadOnly, ", "), strings.Join(d.Sandbox.ReadWrite, ", "), networkText(d.Sandbox.Network))
+}
+
+// workdirOf returns d's working directory as the gateway will use it, and
+// whether it is known (an explicit workdir, or --state given).
+func workdirOf(d *agents.Definition, stateDir string) (string, bool) {
+	switch {
+	case d.Workdir != "":
+		return d.Workdir, true
+	case stateDir == "":
+		return agents.DefaultWorkdir("<state>", d.Name), false
+	}
+	if abs, err := filepath.Abs(stateDir); err == nil {
+		stateDir = abs
+	}
+	return agents.DefaultWorkdir(stateDir, d.Name), true
+}
+
+func networkText(n agents.Network) string {
+	if n.Mode != agents.NetworkProxy {
+		return string(cmp.Or(n.Mode, agents.NetworkNone))
+	}
+	return "[" + strings.Join(destinations(n), ", ") + "] through the egress proxy"
+}
+
+// destinations returns n's allowed destinations as written.
+func destinations(n agents.Network) []string {
+	out := make([]string, len(n.Allow))
+	for i, d := range n.Allow {
+		out[i] = d.String()
+	}
+	return out
 }
 
 func printProblems(w io.Writer, set *agents.Set, le *agents.LoadError) {
@@ -71,12 +156,15 @@ func printProblems(w io.Writer, set *agents.Set, le *agents.LoadError) {
 	for _, x := range warnings {
 		fmt.Fprintf(w, "warning: %s\n", x)
 	}
+	if set != nil {
+		printUnsandboxed(w, set)
+	}
 	for _, n := range notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
 }
 
-func printSummary(w io.Writer, set *agents.Set) {
+func printSummary(w io.Writer, set *agents.Set, stateDir string) {
 	subs := 0
 	for _, l := range set.Links {
 		subs += len(l.ControllerSide.Subscriptions)
@@ -85,6 +173,7 @@ func printSummary(w io.Writer, set *agents.Set) {
 		plural(len(set.Agents), "agent"), plural(len(set.Links), "channel"), plural(subs, "subscription"))
 	for _, d := range set.Agents {
 		fmt.Fprintf(w, "\nagent %s  (%s)\n", d.Name, d.File)
+		fmt.Fprintf(w, "  sandbox: %s\n", sandboxLine(d, stateDir))
 		if len(d.Channels) == 0 {
 			fmt.Fprintln(w, "  no channels")
 		}
@@ -150,7 +239,19 @@ type (
 		Name     string        `json:"name"`
 		File     string        `json:"file"`
 		Tools    []string      `json:"tools"`
+		Sandbox  jsonSandbox   `json:"sandbox"`
 		Channels []jsonChannel `json:"channels"`
+	}
+	// jsonSandbox: workdir is empty when it is the default and --state was
+	// not given; network is none, host or proxy (then allow lists where).
+	jsonSandbox struct {
+		None           bool     `json:"none"`
+		Workdir        string   `json:"workdir"`
+		WorkdirDefault bool     `json:"workdir_default"`
+		ReadOnly       []string `json:"read_only"`
+		ReadWrite      []string `json:"read_write"`
+		Network        string   `json:"network"`
+		Allow          []string `json:"allow"`
 	}
 	jsonChannel struct {
 		Peer                 string             `json:"peer"`
@@ -173,7 +274,7 @@ type (
 	}
 )
 
-func validateReport(dir string, set *agents.Set, le *agents.LoadError) jsonReport {
+func validateReport(dir, stateDir string, set *agents.Set, le *agents.LoadError) jsonReport {
 	r := jsonReport{Dir: dir, Valid: le == nil, Errors: []jsonProblem{}, Warnings: []jsonProblem{}, Notes: []string{}, Agents: []jsonAgent{}}
 	warnings := []*agents.Warning(nil)
 	if le != nil {
@@ -194,7 +295,7 @@ func validateReport(dir string, set *agents.Set, le *agents.LoadError) jsonRepor
 	}
 	r.Notes = append(r.Notes, set.Notes...)
 	for _, d := range set.Agents {
-		a := jsonAgent{Name: d.Name, File: d.File, Tools: d.Tools, Channels: []jsonChannel{}}
+		a := jsonAgent{Name: d.Name, File: d.File, Tools: d.Tools, Sandbox: sandboxReport(d, stateDir), Channels: []jsonChannel{}}
 		if a.Tools == nil {
 			a.Tools = []string{}
 		}
@@ -217,4 +318,19 @@ func validateReport(dir string, set *agents.Set, le *agents.LoadError) jsonRepor
 		r.Agents = append(r.Agents, a)
 	}
 	return r
+}
+
+func sandboxReport(d *agents.Definition, stateDir string) jsonSandbox {
+	sb := jsonSandbox{
+		None:      d.Sandbox.None,
+		ReadOnly:  append([]string{}, d.Sandbox.ReadOnly...),
+		ReadWrite: append([]string{}, d.Sandbox.ReadWrite...),
+		Network:   string(cmp.Or(d.Sandbox.Network.Mode, agents.NetworkNone)),
+		Allow:     destinations(d.Sandbox.Network),
+	}
+	sb.WorkdirDefault = d.Workdir == ""
+	if workdir, known := workdirOf(d, stateDir); known {
+		sb.Workdir = workdir
+	}
+	return sb
 }
