@@ -23,7 +23,7 @@ import (
 func newRunCmd() *cobra.Command {
 	var agentsDir, stateDir, logFormat, logLevel, metricsAddr string
 	var approvalTTL, queryTimeout time.Duration
-	var watch bool
+	var watch, allowUnsandboxed bool
 	cmd := &cobra.Command{
 		Use:   "run --agents DIR --state DIR",
 		Short: "Run the gateway in the foreground",
@@ -68,9 +68,15 @@ address; a bare port listens on 127.0.0.1 only. Off by default.`,
 			hup := make(chan os.Signal, 1)
 			signal.Notify(hup, syscall.SIGHUP)
 			defer signal.Stop(hup)
-			set, err := agents.LoadDir(agentsDir)
+			set, err := agents.Load(agentsDir, agents.LoadOptions{StateDir: stateDir})
 			if err != nil {
 				return &exitError{code: exitFailed, msg: "definitions do not load:\n" + err.Error()}
+			}
+			// An unsandboxed runtime can reach around every guarantee
+			// the gateway gives on the pipe: the operator must say so
+			// when starting it, not only in a definition.
+			if open := set.Unsandboxed(); len(open) > 0 && !allowUnsandboxed {
+				return &exitError{code: exitFailed, msg: unsandboxedRefusal(open)}
 			}
 			for _, w := range set.Warnings {
 				logger.Warn("definition warning", "warning", w.String())
@@ -159,6 +165,7 @@ address; a bare port listens on 127.0.0.1 only. Off by default.`,
 	f.DurationVar(&queryTimeout, "query-timeout", gateway.DefaultQueryTimeout, "how long a Reader has to answer a query")
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address (a bare port means 127.0.0.1); off when empty")
 	f.BoolVar(&watch, "watch", true, "reload the definitions when a .md file in --agents changes")
+	f.BoolVar(&allowUnsandboxed, "allow-unsandboxed", false, "run agents whose definition says sandbox: none (refused otherwise)")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	return cmd
