@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -81,7 +83,7 @@ func startE2E(t *testing.T, specs []agentSpec, tune func(*Config)) *e2e {
 
 // writeAgents writes the agents' definitions into dir and loads them as a
 // set. It returns the set and the gateway environment their ${VAR}s are
-// expanded from; each agent's testrt log is dir/<name>.log.
+// expanded from; each agent's testrt log is testrtLog(dir, name).
 func writeAgents(t *testing.T, dir string, specs []agentSpec) (*agents.Set, map[string]string) {
 	t.Helper()
 	vars := map[string]string{"PATH": os.Getenv("PATH"), "HOME": dir}
@@ -93,7 +95,9 @@ func writeAgents(t *testing.T, dir string, specs []agentSpec) (*agents.Set, map[
 			fmt.Fprintf(&b, "  TESTRT_%s: ${%s}\n", v, key)
 			vars[key] = a.env[v]
 		}
-		vars[a.name+"_LOG"] = filepath.Join(dir, a.name+".log")
+		// In the agent's own workdir: the only place of the test's
+		// directory its sandbox can see.
+		vars[a.name+"_LOG"] = testrtLog(dir, a.name)
 		b.WriteString(a.front)
 		b.WriteString("\n---\nYou are " + a.name + ".\n")
 		if err := os.WriteFile(filepath.Join(dir, a.name+".md"), []byte(b.String()), 0o600); err != nil {
@@ -130,6 +134,7 @@ func newE2E(t *testing.T, dir string, set *agents.Set, vars map[string]string, t
 		Set: set, Store: st,
 		Logger:      hclog.New(&hclog.LoggerOptions{Name: "gw", Output: logs, Level: hclog.Debug}),
 		ExpiryCheck: 20 * time.Millisecond,
+		StateDir:    dir,
 		Session: SessionConfig{
 			Grace:     2 * time.Second,
 			LookupEnv: func(k string) (string, bool) { v, ok := vars[k]; return v, ok },
@@ -181,9 +186,35 @@ func newE2E(t *testing.T, dir string, set *agents.Set, vars map[string]string, t
 	return e
 }
 
+// procKey is what testrt logs as its pid when pid is its session's
+// process: the inode of the sandbox's pid namespace (see
+// internal/testrt). pid must be alive.
+func procKey(pid int) int {
+	fi, err := os.Stat(fmt.Sprintf("/proc/%d/ns/pid", pid))
+	if err != nil {
+		return -1
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return -1
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	start, err := strconv.Atoi(f[19])
+	if err != nil {
+		return -1
+	}
+	return start<<32 | int(fi.Sys().(*syscall.Stat_t).Ino&0xffffffff)
+}
+
+// testrtLog is where agent's testrt writes its log when the test's state
+// directory is dir: in its default workdir.
+func testrtLog(dir, agent string) string {
+	return filepath.Join(agents.DefaultWorkdir(dir, agent), "testrt.log")
+}
+
 // log returns the records agent's runtime has written so far.
 func (e *e2e) log(agent string) []rec {
-	f, err := os.Open(filepath.Join(e.dir, agent+".log"))
+	f, err := os.Open(testrtLog(e.dir, agent))
 	if err != nil {
 		return nil
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bcpgw/bcpgw/gateway/sandbox"
 	"github.com/bcpgw/bcpgw/runtime"
 )
 
@@ -24,6 +25,7 @@ import (
 const fakeRuntimeEnv = "BCPGW_TEST_RUNTIME"
 
 func TestMain(m *testing.M) {
+	sandbox.Init()
 	if mode := os.Getenv(fakeRuntimeEnv); mode != "" {
 		os.Exit(fakeRuntime(mode))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +29,10 @@ type Config struct {
 	// Store keeps deliveries, approval items and events. Required; the
 	// Gateway does not close it.
 	Store *store.Store
+	// StateDir is the gateway's state directory: agents whose definition
+	// sets no workdir get STATE/work/NAME (unless Session.WorkRoot says
+	// otherwise), and the egress proxies' sockets live in STATE/egress.
+	StateDir string
 	// Logger receives the gateway's log lines. Default: discard.
 	Logger hclog.Logger
 	// Clock times query timeouts, approval expiry and restarts. Default:
@@ -124,6 +129,9 @@ func New(cfg Config) (*Gateway, error) {
 	g.outbox = &outbox{g: g, couriers: map[string]*courier{}}
 	g.sched = &scheduler{clock: cfg.Clock, log: g.log.Named("cron"), event: g.event, prompt: g.cronPrompt}
 	sc := cfg.Session
+	if sc.WorkRoot == "" && cfg.StateDir != "" {
+		sc.WorkRoot = filepath.Join(cfg.StateDir, "work")
+	}
 	sc.OnMessage = g.onMessage
 	sc.Holds = func(agent, tool string) bool {
 		d := g.set.Load().Agent(agent)

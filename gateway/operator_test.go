@@ -991,7 +991,7 @@ func TestOperatorAgentsListStopStartPrompt(t *testing.T) {
 		t.Fatalf("agents.prompt main: %v", err)
 	}
 	p := e.waitRecords("main", "prompt", 1)[0]
-	if p.Prompt != "hello main" || p.Pid != m.PID {
+	if p.Prompt != "hello main" || p.Pid != procKey(m.PID) {
 		t.Errorf("main's prompt record = %+v, want \"hello main\" from pid %d", p, m.PID)
 	}
 
@@ -1040,7 +1040,7 @@ func TestOperatorAgentsListStopStartPrompt(t *testing.T) {
 	if err := op.cl.Prompt(ctx, "main", "hello again"); err != nil {
 		t.Fatalf("agents.prompt main: %v", err)
 	}
-	if p := e.waitRecords("main", "prompt", 2)[1]; p.Prompt != "hello again" || p.Pid != again.PID {
+	if p := e.waitRecords("main", "prompt", 2)[1]; p.Prompt != "hello again" || p.Pid != procKey(again.PID) {
 		t.Errorf("main's second prompt record = %+v, want pid %d", p, again.PID)
 	}
 
@@ -1114,7 +1114,7 @@ func TestOperatorStartRightAfterStopLeavesARunningSession(t *testing.T) {
 	if err := op.cl.Prompt(ctx, "researcher", "still there?"); err != nil {
 		t.Fatalf("agents.prompt: %v", err)
 	}
-	if p := e.waitRecords("researcher", "prompt", 1)[0]; p.Pid != cur.PID {
+	if p := e.waitRecords("researcher", "prompt", 1)[0]; p.Pid != procKey(cur.PID) {
 		t.Errorf("prompt reached pid %d, agents.list says %d", p.Pid, cur.PID)
 	}
 }
@@ -1255,13 +1255,14 @@ func TestOperatorReportCountsRedeliveryInTheNewSession(t *testing.T) {
 		t.Errorf("sessions %s (ended %v) and %s (ended %v): want the first ended, the second not", first.Session, first.EndedAt,
 			second.Session, second.EndedAt)
 	}
-	// The sessions are the processes that received the deliveries.
+	// The sessions are the processes that received the deliveries (the
+	// live one is matched by its sandbox; the first is gone).
 	sp := sessionPids(t, e, "main")
-	if sp[first.Session] != pids[0] || sp[second.Session] != pids[1] {
+	if sp[first.Session] == sp[second.Session] || procKey(sp[second.Session]) != pids[1] {
 		t.Errorf("sessions %s and %s are processes %d and %d; deliveries went to %v", first.Session, second.Session,
 			sp[first.Session], sp[second.Session], pids)
 	}
-	if cur := op.agent("main"); cur.Session != second.Session || cur.PID != pids[1] {
+	if cur := op.agent("main"); cur.Session != second.Session || procKey(cur.PID) != pids[1] {
 		t.Errorf("main's current session %s (pid %d), reported last %s", cur.Session, cur.PID, second.Session)
 	}
 	// In all, the re-sent delivery counts twice.

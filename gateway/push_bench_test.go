@@ -169,7 +169,7 @@ bcp_channels:
 		b.Fatal(err)
 	}
 	defer st.Close()
-	gw, err := New(Config{Set: set, Store: st, Metrics: m, Logger: hclog.New(&hclog.LoggerOptions{Output: os.Stderr, Level: hclog.Warn}), Session: SessionConfig{
+	gw, err := New(Config{Set: set, Store: st, StateDir: dir, Metrics: m, Logger: hclog.New(&hclog.LoggerOptions{Output: os.Stderr, Level: hclog.Warn}), Session: SessionConfig{
 		// The default flood limit (200 lines/s) is for model-driven agents;
 		// the benchmark reader publishes thousands a second.
 		FloodRate: 1e9, FloodBurst: 1e9,

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -21,8 +20,10 @@ import (
 
 	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/bcp"
+	"github.com/bcpgw/bcpgw/gateway/sandbox"
 	"github.com/bcpgw/bcpgw/gateway/store"
 	"github.com/bcpgw/bcpgw/runtime"
+	"golang.org/x/sys/unix"
 )
 
 // Session defaults. See SessionConfig.
@@ -82,6 +83,17 @@ type SessionConfig struct {
 	// FloodRate (lines per second) and FloodBurst bound stdout and stderr.
 	FloodRate  float64
 	FloodBurst int
+	// WorkRoot holds the working directories of agents whose definition
+	// sets none: STATE/work/NAME, created 0700. Required for such agents.
+	WorkRoot string
+	// Egress returns the unix socket of the gateway's egress proxy for an
+	// agent whose network is a list of destinations. Nil refuses such
+	// agents.
+	Egress func(def *agents.Definition) (string, error)
+	// Spawn starts a runtime's process (a reaper may want to know of it);
+	// Release is told when it has been waited for. Default: cmd.Start.
+	Spawn   func(cmd *exec.Cmd) error
+	Release func(pid int)
 	// OnMessage receives the runtime's bcp_query_request and bcp_response
 	// messages that passed the session's rights check, in the order the
 	// runtime wrote them, on the session's goroutine: it must not block,
@@ -170,6 +182,8 @@ type Session struct {
 
 	ready    chan struct{} // closed when ready arrives
 	startErr error         // set before done closes, if the start failed
+	sandbox  *sandbox.Cmd  // nil when the agent is not sandboxed
+	report   sandbox.Report
 
 	mu     sync.Mutex
 	err    error // why the session ended; nil if stopped on request
@@ -229,20 +243,23 @@ func StartSession(ctx context.Context, cfg SessionConfig) (*Session, error) {
 	if err != nil {
 		return fail(err)
 	}
+	workdir, err := cfg.workdir(def)
+	if err != nil {
+		return fail(err)
+	}
 	// start is the first line on stdin. It is queued before anything is
 	// spawned, so nothing can fail between spawning and supervising, and
 	// every later send happens on the run goroutine.
 	if err := s.send(runtime.Start{Type: runtime.TypeStart, Agent: runtime.StartAgent{
 		Name: def.Name, Tools: nonNil(def.Tools), Model: def.Model, SystemPrompt: def.SystemPrompt,
-		MaxTurns: def.MaxTurns, Cwd: absDir(def.Workdir),
+		MaxTurns: def.MaxTurns, Cwd: workdir,
 	}}); err != nil {
 		return fail(err)
 	}
-	cmd := exec.Command(prog, def.Runtime[1:]...)
-	cmd.Env = env
-	cmd.Dir = def.Workdir
-	// Its own process group, so that stopping it reaches its children.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd, err := s.command(def, prog, env, workdir)
+	if err != nil {
+		return fail(err)
+	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return fail(err)
@@ -255,11 +272,42 @@ func StartSession(ctx context.Context, cfg SessionConfig) (*Session, error) {
 	if err != nil {
 		return fail(err)
 	}
-	if err := cmd.Start(); err != nil {
+	if cfg.Spawn != nil {
+		err = cfg.Spawn(cmd)
+	} else {
+		err = cmd.Start()
+	}
+	if s.sandbox != nil {
+		s.sandbox.Started()
+	}
+	if err != nil {
 		return fail(fmt.Errorf("%w%s", err, startHint(prog, err)))
 	}
+	// Watch for the process's own exit without reaping it: a process
+	// that left children holding its pipes must not hold up the end.
+	pidfd, pidErr := unix.PidfdOpen(cmd.Process.Pid, 0)
+	if s.sandbox != nil {
+		rctx, cancel := context.WithTimeout(ctx, cfg.ReadyTimeout)
+		s.report, err = s.sandbox.WaitReady(rctx)
+		cancel()
+		if err != nil {
+			s.Kill()
+			stdout.Close()
+			stderr.Close()
+			stdin.Close()
+			_ = cmd.Wait()
+			if cfg.Release != nil {
+				cfg.Release(cmd.Process.Pid)
+			}
+			if pidErr == nil {
+				unix.Close(pidfd)
+			}
+			s.sandbox.Close()
+			return fail(err)
+		}
+	}
 	s.cmd, s.started = cmd, cfg.Clock.Now()
-	s.audit("session_started", "", fmt.Sprintf("pid %d: %s", cmd.Process.Pid, strings.Join(def.Runtime, " ")), nil)
+	s.audit("session_started", "", fmt.Sprintf("pid %d: %s (%s)", cmd.Process.Pid, strings.Join(def.Runtime, " "), s.SandboxSummary()), nil)
 
 	lines := make(chan lineEvent)
 	exited := make(chan error, 1)
@@ -269,9 +317,38 @@ func StartSession(ctx context.Context, cfg SessionConfig) (*Session, error) {
 	go func() { defer pipes.Done(); s.relayStderr(stderr) }()
 	go s.writeStdin(stdin)
 	go func() {
-		// Wait only after both pipes hit EOF, as os/exec requires.
-		pipes.Wait()
-		exited <- cmd.Wait()
+		// Wait only after both pipes hit EOF, as os/exec requires; but
+		// once the process itself has exited, its pipes get one more
+		// second (a daemon it left behind may hold them open forever).
+		drained := make(chan struct{})
+		go func() { pipes.Wait(); close(drained) }()
+		if pidErr == nil {
+			gone := make(chan struct{})
+			go func() { waitExit(pidfd); close(gone) }()
+			select {
+			case <-drained:
+			case <-gone:
+				t := cfg.Clock.NewTimer(time.Second)
+				select {
+				case <-drained:
+				case <-t.C():
+					s.log.Warn("runtime exited but something it started holds its pipes; closing them")
+					stdout.Close()
+					stderr.Close()
+					<-drained
+				}
+				t.Stop()
+			}
+		}
+		<-drained
+		err := cmd.Wait()
+		if cfg.Release != nil {
+			cfg.Release(cmd.Process.Pid)
+		}
+		if pidErr == nil {
+			unix.Close(pidfd)
+		}
+		exited <- err
 	}()
 	go s.run(lines, exited)
 
@@ -292,13 +369,6 @@ func nonNil(s []string) []string {
 		return []string{}
 	}
 	return s
-}
-
-func absDir(dir string) string {
-	if abs, err := filepath.Abs(dir); err == nil {
-		return abs
-	}
-	return dir
 }
 
 func envValue(env []string, key string) (string, bool) {

@@ -135,9 +135,10 @@ func (s *Session) timeout(l *loop) {
 		s.log.Warn("runtime still running after shutdown; sending SIGTERM", "grace", s.cfg.Grace)
 		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGTERM)
 		l.phase = terminated
-		s.resetTimer(l, s.cfg.Grace)
+		// A stop waits at most the grace and one second.
+		s.resetTimer(l, time.Second)
 	case l.phase == terminated:
-		s.log.Warn("runtime ignored SIGTERM; sending SIGKILL")
+		s.log.Warn("runtime still running a second after SIGTERM; sending SIGKILL")
 		s.Kill()
 		l.phase = killed
 		s.resetTimer(l, 0)
@@ -192,6 +193,16 @@ func (s *Session) finish(l *loop, waitErr error) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			exit.Signal = ws.Signal().String()
 		}
+	}
+	if s.sandbox != nil {
+		// The helper saw how the runtime itself ended.
+		if ex := s.sandbox.Exit(); ex != nil {
+			exit.Code, exit.Signal = ex.Code, ""
+			if ex.Signal != 0 {
+				exit.Signal = syscall.Signal(ex.Signal).String()
+			}
+		}
+		s.sandbox.Close()
 	}
 	if !l.ready {
 		s.mu.Lock()

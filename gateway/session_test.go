@@ -243,7 +243,7 @@ func TestSessionEnvironmentIsClean(t *testing.T) {
 		return false
 	})
 	got := strings.Split(env, ";")
-	want := []string{"API_KEY=k-123", "BCPGW_AGENT=researcher", fakeRuntimeEnv + "=sdk", "GREETING=hello /home/op $NOT_EXPANDED", "HOME=/home/op", "PATH=" + os.Getenv("PATH")}
+	want := []string{"API_KEY=k-123", "BCPGW_AGENT=researcher", fakeRuntimeEnv + "=sdk", "GREETING=hello /home/op $NOT_EXPANDED", "HOME=/home/researcher", "PATH=" + os.Getenv("PATH")}
 	if strings.Join(got, ";") != strings.Join(want, ";") {
 		t.Errorf("runtime environment\n got %q\nwant %q", got, want)
 	}
@@ -346,7 +346,7 @@ func TestSessionGracefulStopDeliversShutdown(t *testing.T) {
 
 func TestSessionIgnoringSIGTERMIsKilled(t *testing.T) {
 	h := newHarness(t, "ignore-term")
-	h.cfg.Clock = SystemClock{} // the grace periods run in real time (200ms each)
+	h.cfg.Clock = SystemClock{} // the stop phases run in real time (200ms, then 1s)
 	s := h.start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -354,7 +354,7 @@ func TestSessionIgnoringSIGTERMIsKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	logs := h.logs.String()
-	for _, want := range []string{"sending SIGTERM", "ignored SIGTERM; sending SIGKILL"} {
+	for _, want := range []string{"sending SIGTERM", "a second after SIGTERM; sending SIGKILL"} {
 		if !strings.Contains(logs, want) {
 			t.Errorf("logs lack %q:\n%s", want, logs)
 		}

@@ -40,8 +40,10 @@ const (
 // ErrNoAgent is returned for an agent name the definitions do not have.
 var ErrNoAgent = errors.New("no such agent")
 
-// ErrAgentFailed is returned for work sent to an agent in the failed state.
-var ErrAgentFailed = errors.New("agent failed: crashed too often; restart it after fixing the cause")
+// ErrAgentFailed is returned for work sent to an agent in the failed state:
+// it crashed too often, or cannot start at all (its sandbox cannot be
+// built); bcpgw agents shows why.
+var ErrAgentFailed = errors.New("agent failed: restart it after fixing the cause (bcpgw agents shows it)")
 
 // SupervisorConfig configures a Supervisor.
 type SupervisorConfig struct {
@@ -388,9 +390,17 @@ func (sv *Supervisor) crashed(ctx context.Context, a *agent, err error) {
 	for len(a.crashes) > 0 && now.Sub(a.crashes[0]) > CrashWindow {
 		a.crashes = a.crashes[1:]
 	}
-	if len(a.crashes) > CrashLimit {
+	// A start that retrying cannot fix (a sandbox the kernel cannot
+	// give, a runtime not visible inside it) fails the agent at once.
+	var perm interface{ Permanent() bool }
+	permanent := errors.As(err, &perm) && perm.Permanent()
+	if len(a.crashes) > CrashLimit || permanent {
 		a.state = StateFailed
-		sv.audit(a, "agent_failed", fmt.Sprintf("%d crashes within %s; last: %v", len(a.crashes), CrashWindow, err))
+		if permanent {
+			sv.audit(a, "agent_failed", fmt.Sprintf("cannot start: %v", err))
+		} else {
+			sv.audit(a, "agent_failed", fmt.Sprintf("%d crashes within %s; last: %v", len(a.crashes), CrashWindow, err))
+		}
 		for _, w := range a.waiters {
 			w <- result{err: fmt.Errorf("%s: %w", a.def.Name, ErrAgentFailed)}
 		}

@@ -177,5 +177,13 @@ func restartNeeded(old, new *agents.Definition) bool {
 		old.MaxTurns != new.MaxTurns ||
 		old.SystemPrompt != new.SystemPrompt ||
 		old.IdleTimeout != new.IdleTimeout ||
-		old.Autostart != new.Autostart
+		old.Autostart != new.Autostart ||
+		!sandboxEqual(old.Sandbox, new.Sandbox)
+}
+
+// sandboxEqual compares two sandbox policies as the runtime would see
+// them: a changed policy needs a new sandbox.
+func sandboxEqual(a, b agents.Sandbox) bool {
+	return a.None == b.None && slices.Equal(a.ReadOnly, b.ReadOnly) && slices.Equal(a.ReadWrite, b.ReadWrite) &&
+		a.Network.Mode == b.Network.Mode && slices.Equal(a.Network.Allow, b.Network.Allow)
 }

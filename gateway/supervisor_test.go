@@ -50,7 +50,7 @@ func supervised(t *testing.T, autostart bool, modes map[string]string) (*Supervi
 	sv := NewSupervisor(SupervisorConfig{
 		Set: set, Clock: clock, Auditor: rec,
 		Logger:  hclog.New(&hclog.LoggerOptions{Output: &testproc.Buffer{}, Level: hclog.Trace}),
-		Session: SessionConfig{Grace: 200 * time.Millisecond, LookupEnv: func(k string) (string, bool) { return os.LookupEnv(k) }},
+		Session: SessionConfig{Grace: 200 * time.Millisecond, WorkRoot: t.TempDir(), LookupEnv: func(k string) (string, bool) { return os.LookupEnv(k) }},
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

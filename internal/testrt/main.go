@@ -39,6 +39,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/bcpgw/bcpgw/runtime"
@@ -78,13 +79,51 @@ type logger struct {
 // write appends r as one line with one write call, so that lines of
 // several processes never interleave.
 func (l *logger) write(r record) {
-	r.Pid = os.Getpid()
+	r.Pid = sessionKey()
 	b, _ := json.Marshal(r)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if _, err := l.f.Write(append(b, '\n')); err != nil {
 		fmt.Fprintln(os.Stderr, "testrt: write log:", err)
 	}
+}
+
+// sessionKey identifies this runtime's session: the inode of its pid
+// namespace, which is the sandbox's own. (Its pid inside the sandbox is
+// the same small number in every session.) The tests read the same number
+// from /proc/PID/ns/pid of the session's process. Without a pid
+// namespace of its own (sandbox: none), it is the pid.
+func sessionKey() int {
+	if os.Getppid() == 1 {
+		if k, err := procKey("/proc/self/ns/pid", "/proc/1/stat"); err == nil {
+			return k
+		}
+	}
+	return os.Getpid()
+}
+
+// procKey combines the inode of a pid namespace with the start time of
+// its init (namespace inodes are reused once freed).
+func procKey(nsPath, statPath string) (int, error) {
+	fi, err := os.Stat(nsPath)
+	if err != nil {
+		return 0, err
+	}
+	b, err := os.ReadFile(statPath)
+	if err != nil {
+		return 0, err
+	}
+	// Field 22, counted after the command name's closing parenthesis.
+	rest := string(b[strings.LastIndexByte(string(b), ')')+2:])
+	f := strings.Fields(rest)
+	if len(f) < 20 {
+		return 0, fmt.Errorf("short stat")
+	}
+	start, err := strconv.Atoi(f[19])
+	if err != nil {
+		return 0, err
+	}
+	return start<<32 | int(fi.Sys().(*syscall.Stat_t).Ino&0xffffffff), nil
 }
 
 func main() {
