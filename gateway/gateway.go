@@ -33,6 +33,9 @@ type Config struct {
 	// sets no workdir get STATE/work/NAME (unless Session.WorkRoot says
 	// otherwise), and the egress proxies' sockets live in STATE/egress.
 	StateDir string
+	// AllowUnsandboxed lets a reload bring in agents with sandbox: none
+	// (bcpgw run --allow-unsandboxed); without it such a set is refused.
+	AllowUnsandboxed bool
 	// Logger receives the gateway's log lines. Default: discard.
 	Logger hclog.Logger
 	// Clock times query timeouts, approval expiry and restarts. Default:

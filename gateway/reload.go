@@ -86,7 +86,17 @@ func (g *Gateway) Reload(ctx context.Context, by string) (Reloaded, error) {
 	g.reloadMu.Lock()
 	defer g.reloadMu.Unlock()
 	dir := g.set.Load().Dir
-	set, err := agents.LoadDir(dir)
+	set, err := agents.Load(dir, agents.LoadOptions{StateDir: g.cfg.StateDir})
+	if err == nil && !g.cfg.AllowUnsandboxed {
+		// A reload may not do what bcpgw run would have refused.
+		if un := set.Unsandboxed(); len(un) > 0 {
+			names := make([]string, len(un))
+			for i, d := range un {
+				names[i] = fmt.Sprintf("%s (%s)", d.Name, d.File)
+			}
+			err = fmt.Errorf("sandbox: none for %s, and the gateway was not started with --allow-unsandboxed", strings.Join(names, ", "))
+		}
+	}
 	if err != nil {
 		g.log.Error("reload refused: the definitions do not load; the running set stays in force", "by", by, "dir", dir)
 		for _, line := range strings.Split(err.Error(), "\n") {

@@ -18,6 +18,7 @@ import (
 	"github.com/bcpgw/bcpgw/gateway"
 	"github.com/bcpgw/bcpgw/gateway/control"
 	"github.com/bcpgw/bcpgw/gateway/store"
+	"github.com/bcpgw/bcpgw/internal/reaper"
 )
 
 func newRunCmd() *cobra.Command {
@@ -114,8 +115,16 @@ address; a bare port listens on 127.0.0.1 only. Off by default.`,
 				}
 				metricsSrv, metrics = newMetrics(mln, logger.Named("metrics"))
 			}
+			// The gateway adopts what its runtimes leave behind, so that
+			// the control socket sees it as theirs, and reaps it.
+			rp, err := reaper.New()
+			if err != nil {
+				return &exitError{code: exitFailed, msg: err.Error()}
+			}
 			gw, err := gateway.New(gateway.Config{Set: set, Store: st, Logger: logger, ApprovalTTL: approvalTTL, QueryTimeout: queryTimeout,
-				Watch: watch, Metrics: metrics})
+				StateDir: stateDir, AllowUnsandboxed: allowUnsandboxed,
+				Session: gateway.SessionConfig{Spawn: rp.Start, Release: rp.Release},
+				Watch:   watch, Metrics: metrics})
 			if err != nil {
 				return err
 			}
@@ -132,6 +141,8 @@ address; a bare port listens on 127.0.0.1 only. Off by default.`,
 				served <- err
 			}()
 			hupDone := reloadOnSIGHUP(ctx, gw, hup, logger)
+			reaped := make(chan struct{})
+			go func() { defer close(reaped); rp.Run(ctx) }()
 			metricsDone := make(chan error, 1)
 			if metricsSrv != nil {
 				logger.Info("serving metrics", "url", "http://"+metricsSrv.ln.Addr().String()+"/metrics")
@@ -150,6 +161,7 @@ address; a bare port listens on 127.0.0.1 only. Off by default.`,
 			err = gw.Run(ctx)
 			stop()
 			<-hupDone
+			<-reaped
 			err = errors.Join(err, <-served, <-metricsDone)
 			logger.Info("gateway stopped")
 			if err != nil {
