@@ -40,8 +40,8 @@ LLM_STATE ?= .bcpgw-state-llm
 # The bcp-agent example pair on a real model: needs OPENAI_API_KEY and
 # OPENAI_BASE_URL (see the README, "Running with a real model").
 run-llm: build
-	$(BIN)/bcpgw validate examples/llm-agents
-	$(BIN)/bcpgw run --agents examples/llm-agents --state $(LLM_STATE)
+	$(BIN)/bcpgw validate examples/llm-agents/agents
+	$(BIN)/bcpgw run --agents examples/llm-agents/agents --state $(LLM_STATE)
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
