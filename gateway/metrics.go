@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bcpgw/bcpgw/bcp"
+	"github.com/bcpgw/bcpgw/gateway/egress"
 	"github.com/bcpgw/bcpgw/gateway/store"
 )
 
@@ -29,6 +30,8 @@ type Metrics struct {
 	crashes    *prometheus.CounterVec
 	restarts   *prometheus.CounterVec
 	reloads    *prometheus.CounterVec
+	egressConn *prometheus.CounterVec
+	egressData *prometheus.CounterVec
 
 	// Read at scrape time.
 	approvalsPending  *prometheus.Desc
@@ -88,6 +91,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "bcpgw_reloads_total",
 			Help: "Definition reloads by outcome: ok, or failed (the running set stayed in force).",
 		}, []string{"outcome"}),
+		egressConn: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bcpgw_egress_connections_total",
+			Help: "Connections of sandboxed agents through the egress proxy, by agent and outcome: ok, refused (not listed, or a name leading to a forbidden address), failed (unreachable), malformed, busy (over the cap).",
+		}, []string{"agent", "outcome"}),
+		egressData: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bcpgw_egress_bytes_total",
+			Help: "Bytes through the egress proxy, by agent and direction: up (sent to destinations, what left the sandbox) or down (received).",
+		}, []string{"agent", "direction"}),
 		approvalsPending: prometheus.NewDesc("bcpgw_approval_queue_depth",
 			"Approval items waiting for an operator's decision.", nil, nil),
 		deliveriesPending: prometheus.NewDesc("bcpgw_deliveries_pending",
@@ -108,7 +119,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.reloads.WithLabelValues(o)
 	}
 	reg.MustRegister(m.publishes, m.queries, m.answers, m.refusals, m.bits, m.decisions, m.deliveries, m.latency,
-		m.crashes, m.restarts, m.reloads, scrapeCollector{m})
+		m.crashes, m.restarts, m.reloads, m.egressConn, m.egressData, scrapeCollector{m})
 	return m
 }
 
@@ -223,6 +234,22 @@ func (m *Metrics) restarted(agent, reason string) {
 func (m *Metrics) reloaded(outcome string) {
 	if m != nil {
 		m.reloads.WithLabelValues(outcome).Inc()
+	}
+}
+
+// Egress counts one connection of the egress proxy (pass it, or call it
+// from, egress.Config.OnConn). Bytes are counted when a connection ends,
+// since a Record is made then: a long tunnel shows its bytes at its end.
+func (m *Metrics) Egress(r egress.Record) {
+	if m == nil {
+		return
+	}
+	m.egressConn.WithLabelValues(r.Agent, string(r.Outcome)).Inc()
+	if r.BytesUp > 0 {
+		m.egressData.WithLabelValues(r.Agent, "up").Add(float64(r.BytesUp))
+	}
+	if r.BytesDown > 0 {
+		m.egressData.WithLabelValues(r.Agent, "down").Add(float64(r.BytesDown))
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/bcpgw/bcpgw/bcp"
+	"github.com/bcpgw/bcpgw/gateway/egress"
 	"github.com/bcpgw/bcpgw/gateway/store"
 )
 
@@ -173,4 +174,38 @@ func BenchmarkMetricsPerPush(b *testing.B) {
 			}
 		})
 	}
+}
+
+func TestMetricsEgress(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	for _, r := range []egress.Record{
+		{Agent: "researcher", Outcome: egress.OutcomeOK, BytesUp: 100, BytesDown: 5000},
+		{Agent: "researcher", Outcome: egress.OutcomeOK, BytesUp: 20, BytesDown: 30},
+		{Agent: "researcher", Outcome: egress.OutcomeRefused},
+		{Agent: "fetcher", Outcome: egress.OutcomeFailed},
+	} {
+		m.Egress(r)
+	}
+	tests := []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"bcpgw_egress_connections_total", map[string]string{"agent": "researcher", "outcome": "ok"}, 2},
+		{"bcpgw_egress_connections_total", map[string]string{"agent": "researcher", "outcome": "refused"}, 1},
+		{"bcpgw_egress_connections_total", map[string]string{"agent": "fetcher", "outcome": "failed"}, 1},
+		{"bcpgw_egress_bytes_total", map[string]string{"agent": "researcher", "direction": "up"}, 120},
+		{"bcpgw_egress_bytes_total", map[string]string{"agent": "researcher", "direction": "down"}, 5030},
+	}
+	for _, tt := range tests {
+		if got, ok := metricValue(t, reg, tt.name, tt.labels); !ok || got != tt.want {
+			t.Errorf("%s%v = %v (present %v), want %v", tt.name, tt.labels, got, ok, tt.want)
+		}
+	}
+	if _, ok := metricValue(t, reg, "bcpgw_egress_bytes_total", map[string]string{"agent": "fetcher"}); ok {
+		t.Error("bytes of an agent that moved none")
+	}
+	var off *Metrics
+	off.Egress(egress.Record{Agent: "x", Outcome: egress.OutcomeOK, BytesUp: 1}) // records nothing, and does not panic
 }
