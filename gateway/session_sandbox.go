@@ -57,12 +57,8 @@ func unwrapPathErr(err error) error {
 // command prepares the runtime's process: in its sandbox, or (sandbox:
 // none) as a plain child in a process group of its own.
 func (s *Session) command(def *agents.Definition, prog string, env []string, workdir string) (*exec.Cmd, error) {
-	// The common mistakes first, with the hints a plain exec would give.
-	switch fi, err := os.Stat(prog); {
-	case err != nil:
-		return nil, fmt.Errorf("%w%s", err, startHint(prog, err))
-	case fi.IsDir() || fi.Mode()&0o111 == 0:
-		return nil, fmt.Errorf("%s: %w%s", prog, os.ErrPermission, startHint(prog, os.ErrPermission))
+	if err := checkExecutable(prog); err != nil {
+		return nil, err
 	}
 	if def.Sandbox.None {
 		cmd := exec.Command(prog, def.Runtime[1:]...)
@@ -72,16 +68,8 @@ func (s *Session) command(def *agents.Definition, prog string, env []string, wor
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		return cmd, nil
 	}
-	p := sandbox.Policy{
-		Agent: def.Name, Program: prog, Args: def.Runtime[1:], Workdir: workdir,
-		ReadOnly: def.Sandbox.ReadOnly, ReadWrite: def.Sandbox.ReadWrite,
-	}
-	p.UID, p.GID = sandbox.Owner(def.Name)
-	switch def.Sandbox.Network.Mode {
-	case agents.NetworkHost:
-		p.Network = sandbox.NetworkHost
-	case agents.NetworkProxy:
-		p.Network = sandbox.NetworkProxy
+	p := policyFor(def, prog, env, workdir)
+	if p.Network == sandbox.NetworkProxy {
 		if s.cfg.Egress == nil {
 			return nil, &sandbox.Error{Agent: def.Name, Msg: "its network is a list of destinations, and this gateway runs no egress proxy"}
 		}
@@ -90,10 +78,7 @@ func (s *Session) command(def *agents.Definition, prog string, env []string, wor
 			return nil, &sandbox.Error{Agent: def.Name, Msg: fmt.Sprintf("egress proxy: %v", err)}
 		}
 		p.ProxySocket = sock
-	default:
-		p.Network = sandbox.NetworkNone
 	}
-	p.Env = sandboxEnv(env, def, p)
 	if err := sandbox.CheckProgram(p); err != nil {
 		return nil, err
 	}
@@ -114,6 +99,66 @@ func (s *Session) command(def *agents.Definition, prog string, env []string, wor
 	}
 	s.sandbox = cmd
 	return cmd.Cmd, nil
+}
+
+// checkExecutable catches the common mistakes first, with the hints a
+// plain exec would give.
+func checkExecutable(prog string) error {
+	switch fi, err := os.Stat(prog); {
+	case err != nil:
+		return fmt.Errorf("%w%s", err, startHint(prog, err))
+	case fi.IsDir() || fi.Mode()&0o111 == 0:
+		return fmt.Errorf("%s: %w%s", prog, os.ErrPermission, startHint(prog, os.ErrPermission))
+	}
+	return nil
+}
+
+// policyFor is the sandbox policy of def's runtime.
+func policyFor(def *agents.Definition, prog string, env []string, workdir string) sandbox.Policy {
+	p := sandbox.Policy{
+		Agent: def.Name, Program: prog, Args: def.Runtime[1:], Workdir: workdir,
+		ReadOnly: def.Sandbox.ReadOnly, ReadWrite: def.Sandbox.ReadWrite, Network: sandbox.NetworkNone,
+	}
+	p.UID, p.GID = sandbox.Owner(def.Name)
+	switch def.Sandbox.Network.Mode {
+	case agents.NetworkHost:
+		p.Network = sandbox.NetworkHost
+	case agents.NetworkProxy:
+		p.Network = sandbox.NetworkProxy
+	}
+	p.Env = sandboxEnv(env, def, p)
+	return p
+}
+
+// CheckAgent says, without starting anything, whether def's runtime can
+// start as its definition says on this machine: its ${VAR}s are set in
+// lookup, its program exists and is executable, and (sandboxed) the
+// program and its interpreter are visible inside the sandbox. stateDir
+// places the default workdir. bcpgw doctor uses it.
+func CheckAgent(def *agents.Definition, stateDir string, lookup func(string) (string, bool)) error {
+	env, err := runtimeEnv(def, lookup)
+	if err != nil {
+		return err
+	}
+	path, _ := envValue(env, "PATH")
+	prog, err := runtimeProgram(def, path)
+	if err != nil {
+		return err
+	}
+	if err := checkExecutable(prog); err != nil {
+		return err
+	}
+	if def.Sandbox.None {
+		return nil
+	}
+	workdir := def.Workdir
+	if workdir == "" {
+		workdir = agents.DefaultWorkdir(stateDir, def.Name)
+	}
+	if abs, err := filepath.Abs(workdir); err == nil {
+		workdir = abs
+	}
+	return sandbox.CheckProgram(policyFor(def, prog, env, workdir))
 }
 
 // sandboxEnv is the runtime's environment inside its sandbox: HOME is the

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// bcpgw doctor builds a real sandbox and says what each agent gets; an
+// agent whose runtime could not start in its sandbox is named, with what
+// to add, and the exit status says so.
+func TestDoctor(t *testing.T) {
+	r := run(t, runOpts{}, "doctor", examples, "--state", t.TempDir())
+	if r.code != 0 {
+		t.Fatalf("doctor on the examples:\n%s", r)
+	}
+	for _, want := range []string{"sandbox       ok", "landlock", "seccomp       true", "agent main: ", "agent researcher: ", "can start"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("doctor output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+
+	// A script runtime in a directory the sandbox does not show: caught
+	// with the fix, and no sandbox was needed to find out.
+	dir := t.TempDir()
+	tools := t.TempDir()
+	script := filepath.Join(tools, "agent.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\nexec sleep 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	def := "---\nname: solo\nruntime: [" + script + "]\n---\nSolo.\n"
+	if err := os.WriteFile(filepath.Join(dir, "solo.md"), []byte(def), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = run(t, runOpts{}, "doctor", dir, "--state", t.TempDir())
+	want := "CANNOT START: sandbox of solo: runtime " + script + " is a script that is not visible inside the sandbox"
+	if r.code != 1 || !strings.Contains(r.stdout, want) || !strings.Contains(r.stdout, "add "+tools+" to sandbox.read_only") {
+		t.Errorf("doctor on a script outside the sandbox: want exit 1 and %q\n%s", want, r)
+	}
+	// With its directory read-only, it can start.
+	def = "---\nname: solo\nruntime: [" + script + "]\nsandbox: {read_only: [" + tools + "]}\n---\nSolo.\n"
+	if err := os.WriteFile(filepath.Join(dir, "solo.md"), []byte(def), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r = run(t, runOpts{}, "doctor", dir, "--state", t.TempDir()); r.code != 0 || !strings.Contains(r.stdout, "can start") {
+		t.Errorf("doctor with the script's directory read-only:\n%s", r)
+	}
+}
