@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -86,6 +87,12 @@ func fakeRuntime(mode string) int {
 				case "crash":
 					fmt.Fprintln(os.Stderr, "[ERROR] about to crash")
 					os.Exit(3)
+				case "egress":
+					// Each destination of EGRESS_TRY through the proxy
+					// the sandbox announces.
+					for _, dest := range strings.Split(os.Getenv("EGRESS_TRY"), ",") {
+						fmt.Fprintf(os.Stderr, "[INFO] egress %s: %s\n", dest, tryProxy(os.Getenv("HTTPS_PROXY"), dest))
+					}
 				default:
 					fmt.Fprintf(os.Stderr, "[INFO] prompt %s\n", p.Content)
 				}
@@ -150,4 +157,36 @@ func fakeRuntime(mode string) int {
 		time.Sleep(time.Hour)
 	}
 	return 0
+}
+
+// tryProxy opens a CONNECT tunnel to dest through the proxy at proxyURL,
+// sends "ping\n" and returns the proxy's status line and the first line
+// that came back, or what failed.
+func tryProxy(proxyURL, dest string) string {
+	addr := strings.TrimPrefix(proxyURL, "http://")
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return "dial proxy: " + err.Error()
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", dest, dest)
+	r := bufio.NewReader(c)
+	status, err := r.ReadString('\n')
+	if err != nil {
+		return "read status: " + err.Error()
+	}
+	for { // the rest of the head
+		l, err := r.ReadString('\n')
+		if err != nil || l == "\r\n" {
+			break
+		}
+	}
+	status = strings.TrimSpace(status)
+	if !strings.Contains(status, " 200 ") {
+		return status
+	}
+	fmt.Fprint(c, "ping\n")
+	reply, _ := r.ReadString('\n')
+	return status + " / " + strings.TrimSpace(reply)
 }

@@ -84,6 +84,7 @@ type Gateway struct {
 	held    map[string]heldItem // by approval id
 
 	outbox  *outbox
+	egress  *egressProxies
 	running chan struct{} // closed once Run has loaded what the store holds
 	// ctx is Run's context: goroutines started on behalf of a message
 	// (query dispatch) live at most as long as Run. Set before any session
@@ -134,6 +135,13 @@ func New(cfg Config) (*Gateway, error) {
 	sc := cfg.Session
 	if sc.WorkRoot == "" && cfg.StateDir != "" {
 		sc.WorkRoot = filepath.Join(cfg.StateDir, "work")
+	}
+	g.egress = &egressProxies{g: g, proxies: map[string]*agentProxy{}}
+	if cfg.StateDir != "" {
+		g.egress.dir = filepath.Join(cfg.StateDir, "egress")
+	}
+	if sc.Egress == nil {
+		sc.Egress = g.egress.socket
 	}
 	sc.OnMessage = g.onMessage
 	sc.Holds = func(agent, tool string) bool {
