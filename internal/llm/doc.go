@@ -24,6 +24,13 @@
 // max_completion_tokens, which its o-series and gpt-5 models require;
 // compatible servers get max_tokens, which they know.
 //
+// Requests go through the HTTP proxy that HTTPS_PROXY or HTTP_PROXY (in
+// the environment given to [New]) names, for every destination, a
+// loopback base URL included, and NO_PROXY is not read: inside a bcpgw
+// sandbox the gateway's egress proxy is the only way out ([Proxy.Func]).
+// What the proxy refuses or cannot reach is [KindProxy], never taken for
+// a refused key, with the proxy's reason (its Proxy-Status header).
+//
 // Tool arguments are kept as the raw text the model produced: a model may
 // write malformed JSON, and the caller decides what to tell it.
 package llm

@@ -27,6 +27,11 @@ const (
 	// certificate is refused, the URL is malformed, or the connection is
 	// refused or reset (retried; the rest is not, as it would fail again).
 	KindNetwork Kind = "network"
+	// KindProxy: the HTTP proxy (HTTPS_PROXY, HTTP_PROXY; in a bcpgw
+	// sandbox, the gateway's egress proxy) refused the destination (403:
+	// not in the agent's sandbox.network) or could not reach it (502,
+	// 504: retried like a refused connection).
+	KindProxy Kind = "proxy"
 	// KindBadRequest: any other 4xx: the request was refused as malformed
 	// (a schema the provider does not accept, a context too long, ...).
 	KindBadRequest Kind = "bad_request"
@@ -66,6 +71,8 @@ func (e *APIError) Error() string {
 		b.WriteString("timed out")
 	case KindNetwork:
 		b.WriteString("connection failed")
+	case KindProxy:
+		b.WriteString("stopped at the proxy")
 	case KindBadRequest:
 		b.WriteString("request refused")
 	case KindBadResponse:

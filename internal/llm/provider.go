@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 )
@@ -29,6 +30,10 @@ type Options struct {
 	// HTTPClient makes the requests (default: a client whose transport
 	// waits ResponseHeaderTimeout for each attempt's headers).
 	HTTPClient *http.Client
+	// Proxy chooses the proxy of each request (default: none, every
+	// request direct). New sets it from HTTPS_PROXY and HTTP_PROXY (see
+	// ProxyFromEnv) unless it is set. Ignored when HTTPClient is set.
+	Proxy func(*http.Request) (*url.URL, error)
 	// ResponseHeaderTimeout bounds each attempt's wait for the answer's
 	// headers (default DefaultResponseHeaderTimeout). A hung server times
 	// out, and the attempt is retried like a transient failure. Ignored
@@ -50,6 +55,12 @@ func (o Options) httpClient() *http.Client {
 		headers = DefaultResponseHeaderTimeout
 	}
 	t := http.DefaultTransport.(*http.Transport).Clone()
+	// Not the default's http.ProxyFromEnvironment: it reads the process
+	// environment rather than the one New was given, and sends loopback
+	// destinations direct, which a sandbox's local model server behind
+	// the egress proxy cannot be.
+	t.Proxy = o.Proxy
+	t.OnProxyConnectResponse = ProxyConnectResponse
 	t.ResponseHeaderTimeout = headers
 	return &http.Client{Transport: t, Timeout: headers + bodyTimeout}
 }
@@ -66,9 +77,18 @@ var ErrNoModel = errors.New("no model: set model: openai:MODEL or anthropic:MODE
 //     local server such as Ollama needs none).
 //   - anthropic: ANTHROPIC_BASE_URL (default DefaultAnthropicBaseURL) and
 //     ANTHROPIC_API_KEY (required).
+//   - both: HTTPS_PROXY and HTTP_PROXY (either case), through which every
+//     request goes, a loopback base URL's too (see Proxy.Func).
 func New(model string, lookup func(string) (string, bool), opts Options) (Client, error) {
 	if model == "" {
 		return nil, ErrNoModel
+	}
+	if opts.Proxy == nil && opts.HTTPClient == nil {
+		proxy, err := ProxyFromEnv(lookup)
+		if err != nil {
+			return nil, err
+		}
+		opts.Proxy = proxy.Func()
 	}
 	provider, name, ok := strings.Cut(model, ":")
 	if !ok || name == "" {

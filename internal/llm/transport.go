@@ -164,8 +164,23 @@ func (t *transport) post(ctx context.Context, url string, header http.Header, bo
 			if isTimeout(err) {
 				apiErr.Kind = KindTimeout
 			}
+			var pe *ProxyError
+			if errors.As(err, &pe) {
+				// A CONNECT (https) the proxy did not open.
+				apiErr.Kind, apiErr.Status = KindProxy, pe.Status
+				again = !pe.Refused()
+			}
 		case status >= 200 && status < 300:
 			return respBody, nil
+		case status >= 400 && strings.Contains(respHeader.Get("Proxy-Status"), "error="):
+			// A plain http:// request the proxy answered itself: its
+			// status is not the API's (a 403 is not a refused key).
+			msg := proxyStatusDetails(respHeader.Get("Proxy-Status"))
+			if msg == "" {
+				msg = strings.TrimSpace(string(respBody[:min(len(respBody), 300)]))
+			}
+			apiErr = &APIError{Kind: KindProxy, Status: status, Message: msg}
+			again = status >= 500
 		default:
 			typ, msg := t.parseError(respBody)
 			if msg == "" {
@@ -223,6 +238,10 @@ func (t *transport) hint(e *APIError) string {
 		return "check " + t.keyVar
 	case e.Kind == KindModelNotFound:
 		return fmt.Sprintf("check the model name %q and %s %s", t.model, t.urlVar, redactURL(t.baseURL))
+	case e.Kind == KindProxy && e.Status < 500:
+		return fmt.Sprintf("the proxy refused the destination of %s %s: in a bcpgw sandbox, allow its host:port in the agent definition's sandbox.network", t.urlVar, redactURL(t.baseURL))
+	case e.Kind == KindProxy:
+		return fmt.Sprintf("the proxy could not reach it: check %s %s", t.urlVar, redactURL(t.baseURL))
 	case e.Status == 0 && (e.Kind == KindNetwork || e.Kind == KindTimeout):
 		// No HTTP answer at all: most often a wrong base URL, or a local
 		// server that is not running.
