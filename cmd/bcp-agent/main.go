@@ -7,7 +7,9 @@
 //
 // The model is reached through OPENAI_BASE_URL / OPENAI_API_KEY or
 // ANTHROPIC_BASE_URL / ANTHROPIC_API_KEY, which the definition's env
-// passes through. See package internal/bcpagent for what it does.
+// passes through, and through the proxy in HTTPS_PROXY / HTTP_PROXY when
+// one is set (inside a sandbox with a network list, the gateway's egress
+// proxy). See package internal/bcpagent for what it does.
 package main
 
 import (
@@ -33,6 +35,9 @@ stdin and stdout. The agent definition's model selects the API:
                     ANTHROPIC_API_KEY
 Optional: BCP_AGENT_MAX_TOKENS, BCP_AGENT_USD_PER_MTOK_IN,
 BCP_AGENT_USD_PER_MTOK_OUT, BCP_AGENT_WEBFETCH_PRIVATE=1.
+HTTPS_PROXY, HTTP_PROXY (either case): the proxy of every request, the
+model's and WebFetch's, loopback destinations included (NO_PROXY is not
+read); a sandbox with a network list sets them to the gateway's proxy.
 `)
 	}
 	flag.Parse()

@@ -71,7 +71,8 @@ type Agent struct {
 	maxTurns   int
 	prices     prices
 	fetch      *fetcher
-	root       string // ReadFile's root: the working directory
+	proxy      llm.Proxy // from HTTPS_PROXY, HTTP_PROXY: the model's and WebFetch's
+	root       string    // ReadFile's root: the working directory
 
 	// Owned by the turn loop (the SDK runs turns and announcements one at
 	// a time on one goroutine).
@@ -152,6 +153,15 @@ func (a *Agent) start(ctx context.Context, c *runtime.Client) error {
 	if a.held[ToolReadFile] && a.held[ToolWebFetch] {
 		a.log.Printf("[WARN] this agent holds both ReadFile and WebFetch: a page it reads can steer it into putting the contents of its files into a URL it fetches; give it a workdir that holds only what it may disclose")
 	}
+	if !a.proxy.IsZero() {
+		a.log.Printf("[INFO] network: every request through the proxy (%s), loopback destinations included", a.proxy)
+		for _, k := range []string{"NO_PROXY", "no_proxy"} {
+			if v, _ := a.cfg.LookupEnv(k); strings.TrimSpace(v) != "" {
+				a.log.Printf("[WARN] %s is ignored: bcp-agent sends every request through the proxy (in a sandbox it is the only way out)", k)
+				break
+			}
+		}
+	}
 	if a.prices == (prices{}) {
 		a.log.Printf("[INFO] no prices configured (BCP_AGENT_USD_PER_MTOK_IN, BCP_AGENT_USD_PER_MTOK_OUT): results report the tokens used, and cost_usd stays 0")
 	}
@@ -185,9 +195,16 @@ func (a *Agent) configure() error {
 		delete(a.held, ToolWebFetch)
 		a.log.Printf("[WARN] WebFetch is not offered: this agent holds BCPQuery, so it is a Controller, which must not read untrusted content")
 	}
+	// llm.New read the same variables for the model's client.
+	if a.proxy, err = llm.ProxyFromEnv(a.cfg.LookupEnv); err != nil {
+		return err
+	}
 	fetchCfg := a.cfg.Fetch
 	if a.env("BCP_AGENT_WEBFETCH_PRIVATE") == "1" {
 		fetchCfg.AllowPrivate = true
+	}
+	if fetchCfg.Proxy.IsZero() {
+		fetchCfg.Proxy = a.proxy
 	}
 	a.fetch = newFetcher(fetchCfg)
 	// ReadFile's root is the working directory the gateway gave, made

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -366,6 +368,7 @@ func TestStartFailures(t *testing.T) {
 		{setup{model: "openai:m", env: map[string]string{"OPENAI_API_KEY": ""}}, "OPENAI_API_KEY is not set"},
 		{setup{env: map[string]string{"BCP_AGENT_USD_PER_MTOK_IN": "cheap"}}, "BCP_AGENT_USD_PER_MTOK_IN"},
 		{setup{env: map[string]string{"BCP_AGENT_MAX_TOKENS": "-1"}}, "BCP_AGENT_MAX_TOKENS"},
+		{setup{env: map[string]string{"HTTPS_PROXY": "ftp://127.0.0.1:3128"}}, `HTTPS_PROXY "ftp://127.0.0.1:3128": scheme "ftp"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {
@@ -415,6 +418,11 @@ func TestStartLogs(t *testing.T) {
 		{[]string{"ReadFile"}, map[string]string{"BCP_AGENT_USD_PER_MTOK_IN": "1"}, nil, []string{exfil, noPrices}},
 		// WebFetch is not offered to a Controller: nothing to warn of.
 		{[]string{"ReadFile", "WebFetch", "BCPQuery"}, map[string]string{"BCP_AGENT_USD_PER_MTOK_OUT": "1"}, nil, []string{exfil}},
+		// The proxy is said once; NO_PROXY is said to be ignored.
+		{[]string{"ReadFile"}, map[string]string{"HTTPS_PROXY": "http://127.0.0.1:3128", "HTTP_PROXY": "http://127.0.0.1:3128", "no_proxy": "localhost"},
+			[]string{"[INFO] network: every request through the proxy (https via http://127.0.0.1:3128, http via http://127.0.0.1:3128), loopback destinations included",
+				"[WARN] no_proxy is ignored"}, nil},
+		{[]string{"ReadFile"}, nil, nil, []string{"[INFO] network:"}},
 	}
 	for _, tt := range tests {
 		g := startAgent(t, setup{tools: tt.tools, env: tt.env, cwd: t.TempDir()})
@@ -566,4 +574,52 @@ func TestTruncatedAnswer(t *testing.T) {
 		}
 		containsAll(t, "error", strings.Join(g.errors(), ""), "cut off by its token limit", "raise BCP_AGENT_MAX_TOKENS")
 	})
+}
+
+// In a sandbox, HTTPS_PROXY and HTTP_PROXY lead to the gateway's egress
+// proxy: the model's requests (to a loopback base URL, as a local Ollama)
+// and WebFetch's go through it, and nowhere else.
+func TestModelAndWebFetchThroughProxy(t *testing.T) {
+	srv := llmtest.New(t, llmtest.OpenAI, func(r llmtest.Request) llmtest.Reply {
+		if r.N == 1 {
+			return llmtest.ToolCalls(llmtest.OpenAI, "", llmtest.Call{ID: "call_1", Name: ToolWebFetch, Args: `{"url":"http://news.example.com/page"}`})
+		}
+		return llmtest.Text(llmtest.OpenAI, "done")
+	})
+	model := strings.TrimSuffix(srv.BaseURL(), "/v1")
+	proxy := newWebProxy(t, map[string]http.HandlerFunc{
+		"/page": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/plain")
+			fmt.Fprint(w, "the news of the day")
+		},
+		// The model's API, wherever the base URL points.
+		"/v1/chat/completions": func(w http.ResponseWriter, r *http.Request) {
+			req, _ := http.NewRequestWithContext(r.Context(), r.Method, model+r.URL.Path, r.Body)
+			req.Header = r.Header.Clone()
+			resp, err := http.DefaultTransport.RoundTrip(req)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadGateway)
+				return
+			}
+			defer resp.Body.Close()
+			w.WriteHeader(resp.StatusCode)
+			io.Copy(w, resp.Body)
+		},
+	})
+	g := startAgent(t, setup{srv: srv, tools: []string{ToolWebFetch}, env: map[string]string{
+		"OPENAI_BASE_URL": "http://127.0.0.1:1/v1", // nothing listens there: only the proxy can answer
+		"HTTPS_PROXY":     proxy.srv.URL,
+		"HTTP_PROXY":      proxy.srv.URL,
+	}})
+	g.send(runtime.Prompt{Type: runtime.TypePrompt, Content: "read the news"})
+	if res := g.result(); res.IsError || res.NumTurns != 2 {
+		t.Fatalf("result %+v", res)
+	}
+	if got := srv.Requests()[1].ToolResults(); len(got) != 1 || !strings.Contains(got[0], "the news of the day") {
+		t.Errorf("tool results %q", got)
+	}
+	want := []string{"POST http://127.0.0.1:1/v1/chat/completions", "GET http://news.example.com/page", "POST http://127.0.0.1:1/v1/chat/completions"}
+	if got := proxy.requests(); !slices.Equal(got, want) {
+		t.Errorf("the proxy was asked %q, want %q", got, want)
+	}
 }

@@ -54,6 +54,20 @@
 //     fetches: a warning is logged at start, and its workdir should hold
 //     only what it may disclose.
 //
+// # Network
+//
+// With HTTPS_PROXY or HTTP_PROXY set (a bcpgw sandbox with a network list
+// sets both to the gateway's egress proxy, its only way out), the model's
+// requests and WebFetch's all go through the proxy, loopback destinations
+// included (a local model server), and NO_PROXY is ignored. WebFetch's
+// defence against being steered into the operator's network then moves
+// from the address dialled, which is always the proxy's, to the URL: a
+// host that is localhost or a special-purpose address written literally
+// is refused before the request, redirects included, and names are left
+// to the proxy, which resolves them and refuses those that lead to
+// loopback or link-local addresses or are not in sandbox.network. A
+// refusal by the proxy reaches the model as the proxy's reason.
+//
 // Every spec becomes a JSON Schema (SpecSchema): exact keys, all
 // required, additionalProperties false, enums, integer ranges, date and
 // integer syntax; word limits, formats and the plain-text rule (what the

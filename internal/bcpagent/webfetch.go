@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -40,6 +41,17 @@ type FetchConfig struct {
 	// a cloud metadata service. The BCP_AGENT_WEBFETCH_PRIVATE=1
 	// environment turns it on.
 	AllowPrivate bool
+	// Proxy, when set, carries every fetch (bcp-agent sets it from
+	// HTTPS_PROXY and HTTP_PROXY, as a bcpgw sandbox with a network list
+	// does). WebFetch then dials the proxy and nothing else, so the check
+	// of the address dialled has nothing to check; instead, unless
+	// AllowPrivate, a URL (or a redirect) whose host is localhost, a
+	// special-purpose address written literally, or a number some
+	// resolvers read as an IPv4 address, is refused before any request.
+	// Names are the proxy's to judge, since only it resolves them: bcpgw's
+	// refuses names that lead to loopback or link-local addresses, and
+	// anything not in the agent's sandbox.network.
+	Proxy llm.Proxy
 }
 
 const maxRedirects = 5
@@ -49,7 +61,12 @@ type fetcher struct {
 	client *http.Client
 	// allow says whether an address may be dialled; nil allows all
 	// (AllowPrivate). Tests replace it to let one loopback server in.
+	// Unused through a proxy.
 	allow func(netip.Addr) error
+	// checkHost says whether a URL's host may be asked for, before the
+	// request; nil allows all. Set through a proxy only (see
+	// FetchConfig.Proxy).
+	checkHost func(host string) error
 }
 
 func newFetcher(cfg FetchConfig) *fetcher {
@@ -90,6 +107,25 @@ func newFetcher(cfg FetchConfig) *fetcher {
 		MaxIdleConns:          4,
 		IdleConnTimeout:       30 * time.Second,
 	}
+	if !cfg.Proxy.IsZero() {
+		// Every request goes to the proxy, which resolves and connects:
+		// the only address dialled is the proxy's, and only it may be.
+		// (A scheme the environment gives no proxy for would go direct:
+		// refused here, as in a sandbox it could reach nothing.)
+		proxies := cfg.Proxy.Addrs()
+		direct := &net.Dialer{Timeout: 10 * time.Second}
+		transport.Proxy = cfg.Proxy.Func()
+		transport.OnProxyConnectResponse = llm.ProxyConnectResponse
+		transport.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if !slices.Contains(proxies, addr) {
+				return nil, fmt.Errorf("dial %s: refused: with a proxy set (HTTPS_PROXY, HTTP_PROXY), WebFetch connects to the proxy only", addr)
+			}
+			return direct.DialContext(ctx, network, addr)
+		}
+		if !cfg.AllowPrivate {
+			f.checkHost = literalHost
+		}
+	}
 	f.client = &http.Client{
 		Transport: transport,
 		Timeout:   cfg.Timeout,
@@ -100,10 +136,45 @@ func newFetcher(cfg FetchConfig) *fetcher {
 			if req.URL.Scheme != "http" && req.URL.Scheme != "https" {
 				return fmt.Errorf("redirect to a %s: URL refused", req.URL.Scheme)
 			}
+			if f.checkHost != nil {
+				return f.checkHost(req.URL.Hostname())
+			}
 			return nil
 		},
 	}
 	return f
+}
+
+// literalHost returns why WebFetch refuses to ask a proxy for host, or
+// nil: localhost and the names under .localhost (this machine, RFC 6761),
+// a special-purpose address written literally (publicAddr), and a host
+// written as a number in a form that some resolvers (inet_aton) read as
+// an IPv4 address (2130706433, 0x7f.1, 127.1), which a proxy other than
+// bcpgw's might. The proxy judges the other names.
+func literalHost(host string) error {
+	h := strings.ToLower(strings.TrimSuffix(host, "."))
+	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
+		return fmt.Errorf("host %s is this machine: refused", host)
+	}
+	if a, err := netip.ParseAddr(h); err == nil {
+		return publicAddr(a)
+	}
+	numeric := h != ""
+	for _, label := range strings.Split(h, ".") {
+		digits := label
+		if hex, ok := strings.CutPrefix(label, "0x"); ok {
+			digits = strings.Trim(hex, "0123456789abcdef")
+		} else {
+			digits = strings.Trim(label, "0123456789")
+		}
+		if label == "" || digits != "" {
+			numeric = false
+		}
+	}
+	if numeric {
+		return fmt.Errorf("host %s is a number some resolvers read as an IPv4 address: refused (write an address in dotted decimal)", host)
+	}
+	return nil
 }
 
 // special are the address ranges WebFetch refuses: those of IANA's
@@ -200,6 +271,11 @@ func (f *fetcher) Fetch(ctx context.Context, rawURL string) (string, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return "", fmt.Errorf("%q is not an http or https URL", rawURL)
 	}
+	if f.checkHost != nil {
+		if err := f.checkHost(u.Hostname()); err != nil {
+			return "", fmt.Errorf("fetch %s: %w", u, err)
+		}
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return "", fmt.Errorf("fetch %s: %w", u, err)
@@ -211,6 +287,11 @@ func (f *fetcher) Fetch(ctx context.Context, rawURL string) (string, error) {
 		return "", fmt.Errorf("fetch %s: %w", u, err)
 	}
 	defer resp.Body.Close()
+	if ps := resp.Header.Get("Proxy-Status"); !f.cfg.Proxy.IsZero() && resp.StatusCode >= 400 && strings.Contains(ps, "error=") {
+		// The proxy answered for itself (a plain http:// URL it refused
+		// or could not reach): its words, not a page.
+		return "", fmt.Errorf("fetch %s: the proxy answered %s: %s", u, resp.Status, llm.ProxyStatusDetails(ps))
+	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, f.cfg.MaxBytes+1))
 	if err != nil {
 		return "", fmt.Errorf("fetch %s: read body: %w", u, err)

@@ -6,8 +6,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/bcpgw/bcpgw/internal/llm"
 )
 
 func TestHTMLText(t *testing.T) {
@@ -254,5 +258,182 @@ func TestWebFetchHonorsContext(t *testing.T) {
 	_, err := newFetcher(FetchConfig{AllowPrivate: true}).Fetch(ctx, srv.URL)
 	if err == nil || !strings.Contains(err.Error(), "context canceled") {
 		t.Errorf("error %v", err)
+	}
+}
+
+// webProxy is an HTTP proxy on loopback that plays the network: it
+// answers plain requests from pages, by path, whatever their host, and
+// refuses CONNECT and the hosts in refuse as bcpgw's egress proxy does,
+// with a Proxy-Status header.
+type webProxy struct {
+	srv    *httptest.Server
+	pages  map[string]http.HandlerFunc
+	refuse map[string]bool // host:port
+
+	mu    sync.Mutex
+	asked []string // "METHOD request-target"
+}
+
+func newWebProxy(t *testing.T, pages map[string]http.HandlerFunc, refuse ...string) *webProxy {
+	p := &webProxy{pages: pages, refuse: map[string]bool{}}
+	for _, r := range refuse {
+		p.refuse[r] = true
+	}
+	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.mu.Lock()
+		p.asked = append(p.asked, r.Method+" "+r.RequestURI)
+		p.mu.Unlock()
+		host := r.Host
+		if r.Method != http.MethodConnect && r.URL.Port() == "" {
+			host += ":80"
+		}
+		page, ok := p.pages[r.URL.Path]
+		if r.Method == http.MethodConnect || p.refuse[host] || !ok {
+			w.Header().Set("Proxy-Status", fmt.Sprintf(`bcpgw; error=http_request_denied; details="%s is not in the network list of agent \"researcher\""`, host))
+			http.Error(w, "bcpgw egress: refused", http.StatusForbidden)
+			return
+		}
+		page(w, r)
+	}))
+	t.Cleanup(p.srv.Close)
+	return p
+}
+
+func (p *webProxy) requests() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.asked...)
+}
+
+// proxyFor returns the proxy of both schemes at u.
+func proxyFor(t *testing.T, u string) llm.Proxy {
+	t.Helper()
+	p, err := llm.ProxyFromEnv(func(k string) (string, bool) {
+		if k == "HTTPS_PROXY" || k == "HTTP_PROXY" {
+			return u, true
+		}
+		return "", false
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Through a proxy, WebFetch dials the proxy (on loopback, which it
+// refuses otherwise) and asks it for the page; the proxy's refusals reach
+// the model in the proxy's words.
+func TestWebFetchThroughProxy(t *testing.T) {
+	proxy := newWebProxy(t, map[string]http.HandlerFunc{
+		"/page": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/html")
+			fmt.Fprint(w, "<title>T</title><p>Hello through the proxy</p>")
+		},
+		"/moved": func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, "http://news.example.com/page", http.StatusFound)
+		},
+	}, "blocked.example.com:80")
+	f := newFetcher(FetchConfig{Proxy: proxyFor(t, proxy.srv.URL)})
+	tests := []struct {
+		url, want, err string
+	}{
+		{"http://news.example.com/page", "Hello through the proxy", ""},
+		{"http://news.example.com/moved", "URL: http://news.example.com/page", ""},
+		{"http://blocked.example.com/page", "", `the proxy answered 403 Forbidden: blocked.example.com:80 is not in the network list of agent "researcher"`},
+		{"https://news.example.com/page", "", `refused CONNECT news.example.com:443: 403 news.example.com:443 is not in the network list`},
+	}
+	for _, tt := range tests {
+		got, err := f.Fetch(context.Background(), tt.url)
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("%s: %q, %v; want error %q", tt.url, got, err, tt.err)
+			}
+			continue
+		}
+		if err != nil || !strings.Contains(got, tt.want) {
+			t.Errorf("%s: %q, %v; want %q", tt.url, got, err, tt.want)
+		}
+	}
+	want := []string{"GET http://news.example.com/page", "GET http://news.example.com/moved", "GET http://news.example.com/page",
+		"GET http://blocked.example.com/page", "CONNECT news.example.com:443"}
+	if got := proxy.requests(); !slices.Equal(got, want) {
+		t.Errorf("the proxy was asked %q, want %q", got, want)
+	}
+}
+
+// Through a proxy, what the dial check cannot see (the proxy resolves) is
+// checked on the URL: localhost and literal special-purpose addresses
+// are refused before any request, redirects included. Names are the
+// proxy's to judge.
+func TestWebFetchThroughProxyRefusesLocalHosts(t *testing.T) {
+	proxy := newWebProxy(t, map[string]http.HandlerFunc{
+		"/to-metadata": func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, "http://169.254.169.254/latest/meta-data/", http.StatusFound)
+		},
+	})
+	f := newFetcher(FetchConfig{Proxy: proxyFor(t, proxy.srv.URL)})
+	for _, tt := range []struct{ url, err string }{
+		{"http://localhost:11434/", "host localhost is this machine"},
+		{"http://LOCALHOST./", "is this machine"},
+		{"http://app.localhost/", "host app.localhost is this machine"},
+		{"http://127.0.0.1:3128/", "address 127.0.0.1 is not public (loopback)"},
+		{"http://[::1]/", "address ::1 is not public (loopback)"},
+		{"https://[::ffff:10.0.0.1]/", "address 10.0.0.1 is not public (private)"},
+		{"http://169.254.169.254/latest/meta-data/", "(link-local (cloud metadata))"},
+		{"http://[fe80::1%25eth0]/", "(link-local)"},
+		{"http://10.1.2.3/", "(private)"},
+		{"http://2130706433/", "is a number some resolvers read as an IPv4 address"},
+		{"http://0x7f.1/", "is a number some resolvers read as an IPv4 address"},
+		{"http://127.1/", "is a number some resolvers read as an IPv4 address"},
+		{"http://news.example.com/to-metadata", "address 169.254.169.254 is not public"},
+	} {
+		if got, err := f.Fetch(context.Background(), tt.url); err == nil || !strings.Contains(err.Error(), tt.err) {
+			t.Errorf("%s: %q, %v; want error %q", tt.url, got, err, tt.err)
+		}
+	}
+	// Only the page that redirected was asked for.
+	if got := proxy.requests(); !slices.Equal(got, []string{"GET http://news.example.com/to-metadata"}) {
+		t.Errorf("the proxy was asked %q", got)
+	}
+
+	// BCP_AGENT_WEBFETCH_PRIVATE leaves it all to the proxy.
+	open := newFetcher(FetchConfig{AllowPrivate: true, Proxy: proxyFor(t, proxy.srv.URL)})
+	if _, err := open.Fetch(context.Background(), "http://127.0.0.1:11434/"); err == nil || !strings.Contains(err.Error(), "the proxy answered 403") {
+		t.Errorf("with AllowPrivate: %v, want the proxy's refusal", err)
+	}
+}
+
+// With a proxy for one scheme only, the other would go direct: refused,
+// as WebFetch dials the proxy and nothing else.
+func TestWebFetchDialsOnlyTheProxy(t *testing.T) {
+	proxy := newWebProxy(t, nil)
+	only, err := llm.ProxyFromEnv(func(k string) (string, bool) {
+		if k == "HTTP_PROXY" {
+			return proxy.srv.URL, true
+		}
+		return "", false
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFetcher(FetchConfig{AllowPrivate: true, Proxy: only})
+	if _, err := f.Fetch(context.Background(), "https://news.example.com/"); err == nil || !strings.Contains(err.Error(), "WebFetch connects to the proxy only") {
+		t.Errorf("error %v", err)
+	}
+	if got := proxy.requests(); len(got) != 0 {
+		t.Errorf("the proxy was asked %q", got)
+	}
+}
+
+func TestLiteralHost(t *testing.T) {
+	for host, refused := range map[string]bool{
+		"example.com": false, "news.example.com.": false, "1e100.net": false, "123.com": false, "xn--bcher-kva.de": false,
+		"8.8.8.8": false, "2606:4700::1111": false,
+		"localhost": true, "Localhost.": true, "a.b.localhost": true, "127.0.0.1": true, "::1": true, "10.0.0.1": true,
+		"0": true, "2130706433": true, "0x7f000001": true, "0X7F.1": true, "017700000001": true, "127.1": true,
+	} {
+		if err := literalHost(host); (err != nil) != refused {
+			t.Errorf("literalHost(%q) = %v, want refused %v", host, err, refused)
+		}
 	}
 }

@@ -154,7 +154,7 @@ func ProxyConnectResponse(_ context.Context, proxyURL *url.URL, req *http.Reques
 	if resp.StatusCode == http.StatusOK {
 		return nil
 	}
-	text := proxyStatusDetails(resp.Header.Get("Proxy-Status"))
+	text := ProxyStatusDetails(resp.Header.Get("Proxy-Status"))
 	if text == "" {
 		text = http.StatusText(resp.StatusCode)
 	}
@@ -165,9 +165,10 @@ func ProxyConnectResponse(_ context.Context, proxyURL *url.URL, req *http.Reques
 	return &ProxyError{Proxy: proxyURL.Host, Target: target, Status: resp.StatusCode, Text: text}
 }
 
-// proxyStatusDetails returns the details parameter of a Proxy-Status
-// header (RFC 9209: proxy; error=...; details="..."), or "".
-func proxyStatusDetails(h string) string {
+// ProxyStatusDetails returns the details parameter of a Proxy-Status
+// header (RFC 9209: proxy; error=...; details="..."), or "": the reason
+// a proxy gives for an answer of its own.
+func ProxyStatusDetails(h string) string {
 	_, rest, ok := strings.Cut(h, `details="`)
 	if !ok {
 		return ""

@@ -175,7 +175,7 @@ func (t *transport) post(ctx context.Context, url string, header http.Header, bo
 		case status >= 400 && strings.Contains(respHeader.Get("Proxy-Status"), "error="):
 			// A plain http:// request the proxy answered itself: its
 			// status is not the API's (a 403 is not a refused key).
-			msg := proxyStatusDetails(respHeader.Get("Proxy-Status"))
+			msg := ProxyStatusDetails(respHeader.Get("Proxy-Status"))
 			if msg == "" {
 				msg = strings.TrimSpace(string(respBody[:min(len(respBody), 300)]))
 			}
