@@ -143,12 +143,11 @@ func (p *Proxy) addresses(ctx context.Context, t target) ([]netip.Addr, *refusal
 		err = errors.New("no address")
 	}
 	if err != nil {
-		var dnsErr *net.DNSError
-		errType := "dns_error"
-		if errors.As(err, &dnsErr) && dnsErr.IsTimeout {
-			errType = "dns_timeout"
+		r := &refusal{502, "dns_error", OutcomeFailed, fmt.Sprintf("cannot look up %s: %v", t.host, err)}
+		if isTimeout(err) || errors.Is(err, context.DeadlineExceeded) {
+			r.status, r.errType = 504, "dns_timeout"
 		}
-		return nil, &refusal{502, errType, OutcomeFailed, fmt.Sprintf("cannot look up %s: %v", t.host, err)}
+		return nil, r
 	}
 	out := make([]netip.Addr, 0, len(addrs))
 	for _, a := range addrs {
@@ -175,12 +174,10 @@ func btoi(b bool) int {
 	return 0
 }
 
-// dial connects to the first of addrs that answers, within DialTimeout
-// overall, giving each a fair share of what is left (at least 2s, as
+// dial connects to the first of addrs that answers before ctx's
+// deadline, giving each a fair share of what is left (at least 2s, as
 // net.Dialer does).
 func (p *Proxy) dial(ctx context.Context, addrs []netip.Addr, port int) (net.Conn, netip.AddrPort, *refusal) {
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
-	defer cancel()
 	var firstErr error
 	var first netip.AddrPort
 	for i, a := range addrs {

@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -44,12 +45,16 @@ func (h *handler) serve() {
 		return
 	}
 	h.rec.Allowed = true
-	addrs, r := h.p.addresses(h.p.ctx, t)
+	// DialTimeout bounds the lookup and the connection together; Close
+	// cuts both short.
+	ctx, cancel := context.WithTimeout(h.p.ctx, h.p.cfg.DialTimeout)
+	defer cancel()
+	addrs, r := h.p.addresses(ctx, t)
 	if r != nil {
 		h.refuse(r)
 		return
 	}
-	raw, addr, r := h.p.dial(h.p.ctx, addrs, t.port)
+	raw, addr, r := h.p.dial(ctx, addrs, t.port)
 	h.rec.Addr = addr
 	if r != nil {
 		h.refuse(r)

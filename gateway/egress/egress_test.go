@@ -225,6 +225,25 @@ func TestUnreachableDestination(t *testing.T) {
 	}
 }
 
+// DialTimeout bounds the lookup and the connection: 504.
+func TestDialTimeouts(t *testing.T) {
+	res := &fakeResolver{answers: map[string][]string{"slow-dns.example.org": {"hang"}, "blackhole.example.org": {"192.0.2.1"}}}
+	hang := func(ctx context.Context, _, _ string) (net.Conn, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	f := start(t, Config{Resolver: res, Dial: hang, DialTimeout: 50 * time.Millisecond}, "*.example.org")
+	for target, errType := range map[string]string{"slow-dns.example.org:443": "dns_timeout", "blackhole.example.org:443": "connection_timeout"} {
+		_, _, resp := f.ask(connectReq(target))
+		if resp.StatusCode != http.StatusGatewayTimeout || !strings.Contains(resp.Header.Get("Proxy-Status"), "error="+errType) {
+			t.Errorf("%s: %s, Proxy-Status %q", target, resp.Status, resp.Header.Get("Proxy-Status"))
+		}
+		if r := f.record(); r.Outcome != OutcomeFailed || r.Status != 504 {
+			t.Errorf("%s: record %+v", target, r)
+		}
+	}
+}
+
 // Requests the proxy does not serve are answered 400 (431 for an
 // oversized head) and recorded as malformed.
 func TestMalformedRequests(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -191,18 +192,25 @@ func tcpServer(tb testing.TB, serve func(*net.TCPConn)) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// fakeResolver answers from a map; a name it lacks does not exist.
+// fakeResolver answers from a map; a name it lacks does not exist, and
+// one whose answer is "hang" is not answered before the context ends.
 type fakeResolver struct {
 	mu      sync.Mutex
 	answers map[string][]string
 	asked   []string
 }
 
-func (r *fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+func (r *fakeResolver) LookupNetIP(ctx context.Context, _, host string) ([]netip.Addr, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.asked = append(r.asked, host)
 	answer, ok := r.answers[host]
+	if slices.Equal(answer, []string{"hang"}) {
+		r.mu.Unlock()
+		<-ctx.Done()
+		r.mu.Lock()
+		return nil, ctx.Err()
+	}
 	if !ok {
 		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
 	}
