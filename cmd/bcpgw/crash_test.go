@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -55,6 +56,7 @@ func crashSet(t *testing.T, dir string) string {
 		"main.md": fmt.Sprintf(`---
 name: main
 runtime: [%q]
+workdir: %q
 env: {TESTRT_LOG: %q, TESTRT_DELAY: 5ms}
 bcp_channels:
   - peer: researcher
@@ -66,17 +68,18 @@ bcp_channels:
         category: 2
         questions: [{id: item, question: "Which item?", max_words: 3}]
 ---
-`, testrt, filepath.Join(dir, "main.log")),
+`, testrt, agentDir(t, dir, "main"), filepath.Join(dir, "main", "main.log")),
 		"researcher.md": fmt.Sprintf(`---
 name: researcher
 runtime: [%q]
+workdir: %q
 autostart: true
 tools: [BCPPublish]
 env: {TESTRT_LOG: %q, TESTRT_PUBLISH: "${PUB}"}
 bcp_channels:
   - {peer: main, role: reader, max_category: 2, budget_bits: 10000000}
 ---
-`, testrt, filepath.Join(dir, "researcher.log")),
+`, testrt, agentDir(t, dir, "researcher"), filepath.Join(dir, "researcher", "researcher.log")),
 	})
 }
 
@@ -89,6 +92,21 @@ func startGateway(t *testing.T, agentsDir, state, pub string, stderr *testproc.B
 		t.Fatal(err)
 	}
 	return cmd
+}
+
+// childPids lists the children of pid, from every thread's children file.
+func childPids(pid int) []int {
+	var out []int
+	files, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		for _, s := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(s); err == nil {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
 }
 
 // waitGone waits until none of the pids is alive.
@@ -115,7 +133,7 @@ func TestKillGatewayDuringPublishesLosesNothing(t *testing.T) {
 	state := filepath.Join(dir, "state")
 	var log1 testproc.Buffer
 	gw := startGateway(t, agentsDir, state, `[{"subscription_id": "items", "controller": "main", "response": {"item": "item {i}"}, "repeat": 100000}]`, &log1)
-	researcherLog := filepath.Join(dir, "researcher.log")
+	researcherLog := filepath.Join(dir, "researcher", "researcher.log")
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		accepted := 0
@@ -133,18 +151,20 @@ func TestKillGatewayDuringPublishesLosesNothing(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	// The sessions' processes (each sandbox's init), which die with the
+	// gateway and take their runtimes with them.
+	pids := map[int]bool{}
+	for _, p := range childPids(gw.Process.Pid) {
+		pids[p] = true
+	}
+	if len(pids) != 2 {
+		t.Errorf("the gateway has %d child processes, want its 2 sessions", len(pids))
+	}
 	if err := gw.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	_ = gw.Wait()
-	// The runtimes see their stdin close and exit; wait for them so that
-	// the logs are final.
-	pids := map[int]bool{}
-	for _, f := range []string{researcherLog, filepath.Join(dir, "main.log")} {
-		for _, r := range readTestrtLog(t, f) {
-			pids[r.Pid] = true
-		}
-	}
+	// Wait for them so that the logs are final.
 	waitGone(t, pids)
 
 	want := map[string]bool{} // the items the researcher heard accepted
@@ -153,7 +173,7 @@ func TestKillGatewayDuringPublishesLosesNothing(t *testing.T) {
 			want[fmt.Sprintf(`{"item":"item %d"}`, r.Index)] = true
 		}
 	}
-	firstRun := readTestrtLog(t, filepath.Join(dir, "main.log"))
+	firstRun := readTestrtLog(t, filepath.Join(dir, "main", "main.log"))
 
 	// Restart on the same state, with a reader that publishes nothing.
 	var log2 testproc.Buffer
@@ -165,7 +185,7 @@ func TestKillGatewayDuringPublishesLosesNothing(t *testing.T) {
 	var main []testrtRecord
 	deadline = time.Now().Add(60 * time.Second)
 	for {
-		main = readTestrtLog(t, filepath.Join(dir, "main.log"))
+		main = readTestrtLog(t, filepath.Join(dir, "main", "main.log"))
 		applied := map[string]bool{}
 		for _, r := range main {
 			if r.Event == "applied" {

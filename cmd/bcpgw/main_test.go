@@ -122,6 +122,16 @@ func writeSet(t *testing.T, files map[string]string) string {
 	return dir
 }
 
+// agentDir creates base/name, an agent's explicit workdir, and returns it.
+func agentDir(t *testing.T, base, name string) string {
+	t.Helper()
+	dir := filepath.Join(base, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // pairSet is a definition set of one channel from controller "main" to
 // reader "researcher". subs is the YAML of main's subscriptions, indented
 // for the subscriptions list.

@@ -90,7 +90,8 @@ func opPublishes(cat12 bool, digests int, tag string) string {
 
 // opSet writes the definitions: a Controller "main" with a Cat-1, a Cat-2
 // and a Cat-3 subscription on its Reader "researcher"; both are testrt,
-// logging to main.log and researcher.log in logs. The researcher
+// logging to main.log and researcher.log in their workdirs logs/main and
+// logs/researcher (the only places of the test's their sandboxes see). The researcher
 // autostarts and publishes what ${PUB} says.
 func opSet(t *testing.T, logs string) string {
 	t.Helper()
@@ -98,6 +99,7 @@ func opSet(t *testing.T, logs string) string {
 		"main.md": fmt.Sprintf(`---
 name: main
 runtime: [%q]
+workdir: %q
 tools: [BCPQuery]
 env: {TESTRT_LOG: %q}
 bcp_channels:
@@ -113,17 +115,18 @@ bcp_channels:
         questions: [{id: finding, question: "What did you find?", max_words: 5}]
       - {id: digest, category: 3, directive: "Summarize what changed today.", max_words: 50}
 ---
-`, testrt, filepath.Join(logs, "main.log")),
+`, testrt, agentDir(t, logs, "main"), filepath.Join(logs, "main", "main.log")),
 		"researcher.md": fmt.Sprintf(`---
 name: researcher
 runtime: [%q]
+workdir: %q
 autostart: true
 tools: [BCPPublish]
 env: {TESTRT_LOG: %q, TESTRT_PUBLISH: "${PUB}"}
 bcp_channels:
   - {peer: main, role: reader, max_category: 3, budget_bits: 10000000, max_cat2_queries: 1}
 ---
-`, testrt, filepath.Join(logs, "researcher.log")),
+`, testrt, agentDir(t, logs, "researcher"), filepath.Join(logs, "researcher", "researcher.log")),
 	})
 }
 
@@ -356,10 +359,11 @@ type opRecord struct {
 	Prompt         string          `json:"prompt"`
 }
 
-// testrtLog reads name (main.log or researcher.log).
+// testrtLog reads name (main.log or researcher.log) from its agent's
+// workdir.
 func (g *opGateway) testrtLog(name string) []opRecord {
 	g.t.Helper()
-	b, err := os.ReadFile(filepath.Join(g.logs, name))
+	b, err := os.ReadFile(filepath.Join(g.logs, strings.TrimSuffix(name, ".log"), name))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}

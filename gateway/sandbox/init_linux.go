@@ -134,6 +134,20 @@ func (h *helper) mounts() error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
+	// The sources are opened before the new root's tmpfs hides /tmp,
+	// where they may lie (the gateway hands a root-owned one over as a
+	// mount of its own instead, in FD).
+	for i := range h.sp.Mounts {
+		m := &h.sp.Mounts[i]
+		if m.FD != 0 {
+			continue
+		}
+		fd, err := unix.Open(m.Source, unix.O_PATH|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("open %s: %w", m.Source, err)
+		}
+		m.Source = fdPath(fd)
+	}
 	h.newDir = "/tmp"
 	if err := unix.Mount("tmpfs", h.newDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m"); err != nil {
 		return fmt.Errorf("mount the new root: %w", err)

@@ -266,11 +266,22 @@ func Command(p Policy) (*Cmd, error) {
 		// Become the namespace's root, which is the mapped host uid: a
 		// gateway running as root would otherwise stay host root inside.
 		Credential: &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true},
+		// An unprivileged gateway may not allow setgroups in the new
+		// namespace (and its runtimes keep its groups, as its user).
+		GidMappingsEnableSetgroups: false,
 		// Its own session: no controlling terminal to inject into, and a
 		// process group the gateway signals as a whole.
 		Setsid: true,
 		// The sandbox dies with the gateway.
 		Pdeathsig: syscall.SIGKILL,
+	}
+	if asRoot {
+		// A root gateway's supplementary groups (group root among them)
+		// would still open group-readable files on the host: drop them
+		// all. Only root can allow setgroups in the namespace, and after
+		// the helper's setup nothing inside holds CAP_SETGID to use it.
+		cmd.SysProcAttr.GidMappingsEnableSetgroups = true
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}}
 	}
 	c.Cmd = cmd
 	ok = true
