@@ -36,7 +36,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	testrtPath, benchrtPath = filepath.Join(dir, "testrt"), filepath.Join(dir, "benchrt")
-	build := exec.Command("go", "build", "-o", dir, "github.com/bcpgw/bcpgw/internal/testrt", "github.com/bcpgw/bcpgw/internal/benchrt")
+	helperPath = filepath.Join(dir, sandbox.HelperName)
+	build := exec.Command("go", "build", "-o", dir, "github.com/bcpgw/bcpgw/internal/testrt", "github.com/bcpgw/bcpgw/internal/benchrt",
+		"github.com/bcpgw/bcpgw/cmd/bcpgw-sandbox")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build test runtimes:", err)
@@ -51,6 +53,11 @@ func TestMain(m *testing.M) {
 // end-to-end tests; benchrtPath the runtime pair of the push benchmark
 // (internal/benchrt). TestMain builds both.
 var testrtPath, benchrtPath string
+
+// helperPath is the small sandbox helper (cmd/bcpgw-sandbox), which the
+// benchmarks compare with the test binary re-executing itself (the
+// default here, as no helper lies beside it).
+var helperPath string
 
 func fakeRuntime(mode string) int {
 	out := bufio.NewWriter(os.Stdout)

@@ -17,7 +17,7 @@ import (
 
 // benchSession starts sessions of the scriptable test runtime (a Go
 // program) sandboxed or not, in the same run so the two can be compared.
-func benchSessionConfig(b *testing.B, sandboxed bool) SessionConfig {
+func benchSessionConfig(b *testing.B, sandboxed bool, helper string) SessionConfig {
 	b.Helper()
 	dir := b.TempDir()
 	def := &agents.Definition{
@@ -26,7 +26,7 @@ func benchSessionConfig(b *testing.B, sandboxed bool) SessionConfig {
 	}
 	def.Sandbox.None = !sandboxed
 	return SessionConfig{
-		Def: def, WorkRoot: filepath.Join(dir, "work"), Logger: hclog.NewNullLogger(), Grace: time.Second,
+		Def: def, WorkRoot: filepath.Join(dir, "work"), Logger: hclog.NewNullLogger(), Grace: time.Second, SandboxHelper: helper,
 		LookupEnv: func(k string) (string, bool) {
 			if k == "PATH" {
 				return os.Getenv("PATH"), true
@@ -40,14 +40,19 @@ func benchSessionConfig(b *testing.B, sandboxed bool) SessionConfig {
 // memory an idle session holds (resident set and proportional set of
 // every process of the session: the sandbox's init and the runtime).
 // go test -run '^$' -bench SessionStart -benchtime 50x ./gateway
+// Memory is measured on the first session of each run, once idle.
 func BenchmarkSessionStart(b *testing.B) {
-	for _, sandboxed := range []bool{false, true} {
-		name := "none"
-		if sandboxed {
-			name = "sandboxed"
-		}
-		b.Run(name, func(b *testing.B) {
-			cfg := benchSessionConfig(b, sandboxed)
+	for _, v := range []struct {
+		name      string
+		sandboxed bool
+		helper    string
+	}{
+		{"none", false, ""},
+		{"sandboxed", true, helperPath},                   // bcpgw-sandbox, as bin/bcpgw runs it
+		{"sandboxed-self-reexec", true, "/proc/self/exe"}, // the fallback: the whole binary as init
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			cfg := benchSessionConfig(b, v.sandboxed, v.helper)
 			ctx := context.Background()
 			var rss, pss int64
 			for i := 0; i < b.N; i++ {

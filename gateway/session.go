@@ -83,6 +83,10 @@ type SessionConfig struct {
 	// FloodRate (lines per second) and FloodBurst bound stdout and stderr.
 	FloodRate  float64
 	FloodBurst int
+	// SandboxHelper is the sandbox helper program. Default:
+	// sandbox.Helper() (bcpgw-sandbox beside the executable, else the
+	// executable itself).
+	SandboxHelper string
 	// WorkRoot holds the working directories of agents whose definition
 	// sets none: STATE/work/NAME, created 0700. Required for such agents.
 	WorkRoot string

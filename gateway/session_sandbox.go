@@ -69,6 +69,7 @@ func (s *Session) command(def *agents.Definition, prog string, env []string, wor
 		return cmd, nil
 	}
 	p := policyFor(def, prog, env, workdir)
+	p.Helper = s.cfg.SandboxHelper
 	if p.Network == sandbox.NetworkProxy {
 		if s.cfg.Egress == nil {
 			return nil, &sandbox.Error{Agent: def.Name, Msg: "its network is a list of destinations, and this gateway runs no egress proxy"}

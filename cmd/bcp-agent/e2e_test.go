@@ -41,7 +41,8 @@ func testMain(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	bcpgw = filepath.Join(dir, "bcpgw")
 	bcpAgent = filepath.Join(dir, "bcp-agent")
-	if err := testproc.Build(map[string]string{bcpgw: "../bcpgw", bcpAgent: "."}); err != nil {
+	// bcpgw-sandbox beside bcpgw, as make build lays them out.
+	if err := testproc.Build(map[string]string{bcpgw: "../bcpgw", filepath.Join(dir, "bcpgw-sandbox"): "../bcpgw-sandbox", bcpAgent: "."}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

@@ -40,7 +40,9 @@ func testMain(m *testing.M) int {
 	bin = filepath.Join(dir, "bcpgw")
 	demoAgent = filepath.Join(dir, "demo-agent")
 	testrt = filepath.Join(dir, "testrt")
-	if err := testproc.Build(map[string]string{bin: ".", demoAgent: "../../examples/runtimes/demo-agent", testrt: "../../internal/testrt"}); err != nil {
+	// bcpgw-sandbox beside bcpgw, as make build lays them out.
+	if err := testproc.Build(map[string]string{bin: ".", filepath.Join(dir, "bcpgw-sandbox"): "../bcpgw-sandbox",
+		demoAgent: "../../examples/runtimes/demo-agent", testrt: "../../internal/testrt"}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"syscall"
@@ -36,6 +37,9 @@ func helperMain(arg string) int {
 	if err := json.Unmarshal([]byte(arg), &sp); err != nil {
 		fmt.Fprintln(os.Stderr, "bcpgw sandbox helper: bad spec:", err)
 		return 125
+	}
+	if sp.HelperFD != 0 {
+		unix.Close(sp.HelperFD)
 	}
 	st := os.NewFile(uintptr(sp.StatusFD), "status")
 	unix.CloseOnExec(sp.StatusFD)
@@ -64,6 +68,11 @@ func helperMain(arg string) int {
 		}
 		null.Close()
 	}
+	// From here on the helper only waits: give back what the setup (and
+	// the gateway binary's package initialisation) left on the heap, so
+	// an idle sandbox costs little beyond its runtime.
+	debug.SetGCPercent(10)
+	debug.FreeOSMemory()
 	exit := h.reap(child)
 	say(status{Exited: &exit})
 	if exit.Signal != 0 {

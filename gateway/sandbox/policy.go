@@ -74,6 +74,33 @@ type Policy struct {
 	// UID and GID are the host ids the sandbox's root is mapped to. Use
 	// Owner for the right ones.
 	UID, GID int
+	// Helper is the helper program to run. Default: Helper().
+	Helper string
+}
+
+// HelperName is the helper program's file name.
+const HelperName = "bcpgw-sandbox"
+
+// Helper returns the helper program to run: bcpgw-sandbox beside this
+// process's executable when there is one that only its owner (this
+// user, or root) can change, else this executable itself
+// (/proc/self/exe), whose main must call Init. The small program is
+// preferred: an idle sandbox's init then holds about a megabyte of
+// private memory instead of the whole gateway binary's initialised state.
+func Helper() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "/proc/self/exe"
+	}
+	path := filepath.Join(filepath.Dir(exe), HelperName)
+	fi, err := os.Stat(path)
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 || fi.Mode()&0o022 != 0 {
+		return "/proc/self/exe"
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || (int(st.Uid) != os.Geteuid() && st.Uid != 0) {
+		return "/proc/self/exe"
+	}
+	return path
 }
 
 // Home is the private HOME of the agent's sandbox (an empty tmpfs each
@@ -159,7 +186,8 @@ type spec struct {
 	Home     string   `json:"home"`
 	Mounts   []mount  `json:"mounts"`
 	Network  Network  `json:"network"`
-	ProxyFD  int      `json:"proxy_fd"` // 0: none
+	ProxyFD  int      `json:"proxy_fd"`            // 0: none
+	HelperFD int      `json:"helper_fd,omitempty"` // the helper's own program, to close
 	StatusFD int      `json:"status_fd"`
 }
 
@@ -253,7 +281,26 @@ func Command(p Policy) (*Cmd, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := &exec.Cmd{Path: "/proc/self/exe", Args: []string{helperArg0, string(arg)}, Env: p.Env, Dir: "/"}
+	if p.Helper == "" {
+		p.Helper = Helper()
+	}
+	path := p.Helper
+	if path != "/proc/self/exe" {
+		// Run from a descriptor, as /proc/self/exe is: the sandbox's uid
+		// need not be able to reach the helper's directory (a 0700 home
+		// of a root gateway). The helper closes its copy first thing.
+		f, err := os.Open(p.Helper)
+		if err != nil {
+			return nil, &Error{Agent: p.Agent, Msg: fmt.Sprintf("sandbox helper: %v", err)}
+		}
+		sp.HelperFD = pass(f)
+		path = fdPath(sp.HelperFD)
+		arg, err = json.Marshal(sp)
+		if err != nil {
+			return nil, err
+		}
+	}
+	cmd := &exec.Cmd{Path: path, Args: []string{helperArg0, string(arg)}, Env: p.Env, Dir: "/"}
 	cmd.ExtraFiles = c.files
 	flags := uintptr(unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS)
 	if p.Network != NetworkHost {
