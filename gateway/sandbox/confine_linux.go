@@ -15,11 +15,13 @@ import (
 )
 
 // dropCapabilities leaves the helper, on every thread, and whatever it
-// starts, with no capability at all: the bounding set is emptied (so a
-// program run as the namespace's root gains none), the securebits that
-// give root its capabilities at exec are locked off, and the effective,
-// permitted, inheritable and ambient sets are cleared. psx applies each
-// call to all threads, since a Go process forks from any of them.
+// starts, with no capability at all: the securebits that give root its
+// capabilities at exec are locked off, the effective, permitted,
+// inheritable and ambient sets are cleared (psx applies these to all
+// threads), and the bounding set is emptied on this thread, the one the
+// runtime is forked from (helperMain locks it), so that a program run as
+// the namespace's root gains nothing at exec. The other threads never
+// exec, and with no permitted capability cannot regain one.
 func dropCapabilities() error {
 	// linux/securebits.h: NOROOT, NO_SETUID_FIXUP, KEEP_CAPS and
 	// NO_CAP_AMBIENT_RAISE, each with its lock bit.
@@ -35,8 +37,8 @@ func dropCapabilities() error {
 	}
 	last := lastCap()
 	for c := 0; c <= last; c++ {
-		if _, _, e := psx.Syscall6(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0, 0); e != 0 && e != unix.EINVAL {
-			return fmt.Errorf("bounding set, capability %d: %w", c, e)
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
+			return fmt.Errorf("bounding set, capability %d: %w", c, err)
 		}
 	}
 	if _, _, e := psx.Syscall6(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0, 0); e != 0 {

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"sync"
@@ -33,6 +34,10 @@ func Init() {
 // stay as its init. The exit code is the runtime's (128+n for a signal);
 // 125 means the sandbox could not be built, and the status pipe says why.
 func helperMain(arg string) int {
+	// One thread builds the sandbox and forks the runtime: the
+	// per-thread state the runtime inherits (its bounding set) is set
+	// on this one.
+	runtime.LockOSThread()
 	var sp spec
 	if err := json.Unmarshal([]byte(arg), &sp); err != nil {
 		fmt.Fprintln(os.Stderr, "bcpgw sandbox helper: bad spec:", err)

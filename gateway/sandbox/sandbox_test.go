@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -67,17 +68,86 @@ ls /proc | grep -c '^[0-9]'
 pwd
 echo $HOME
 touch /usr/x 2>/dev/null && echo usrwritable || echo usrro
+grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status
+ls /dev | tr '\n' ' '; echo
+hostname
 exit 3`)
 	t.Log(out)
 	if exit == nil || exit.Code != 3 {
 		t.Fatalf("exit %+v", exit)
 	}
-	for _, want := range []string{"wrote", "nosecret", "noshadow", "usrro", work} {
+	for _, want := range []string{"wrote", "nosecret", "noshadow", "usrro", work,
+		// No capability at all, even as the namespace's root; the filter
+		// on, privileges frozen.
+		"CapInh:\t0000000000000000", "CapPrm:\t0000000000000000", "CapEff:\t0000000000000000",
+		"CapBnd:\t0000000000000000", "CapAmb:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2",
+		"fd full null random shm stderr stdin stdout urandom zero", "bcpgw-test"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
 	if b, _ := os.ReadFile(filepath.Join(work, "out.txt")); string(b) != "hello\n" {
 		t.Errorf("workdir write: %q", b)
+	}
+}
+
+// When the runtime exits, whatever it left running (a setsid daemon
+// holding its stdout included) dies with the sandbox's pid namespace:
+// the helper exits and the kernel kills the rest, so the pipe closes.
+func TestSandboxLeavesNothingBehind(t *testing.T) {
+	out, exit := run(t, Policy{}, `setsid sh -c 'sleep 600' & echo started; exit 0`)
+	if exit == nil || exit.Code != 0 || !strings.Contains(out, "started") {
+		t.Fatalf("exit %+v, output %q", exit, out)
+	}
+	// run returned: the daemon's copy of stdout is gone, so it is too.
+}
+
+func TestCheckProgram(t *testing.T) {
+	tools := t.TempDir()
+	script := filepath.Join(tools, "agent.sh")
+	os.WriteFile(script, []byte("#!/bin/sh\necho hi\n"), 0o755)
+	foreign := filepath.Join(tools, "foreign.sh")
+	interp := filepath.Join(t.TempDir(), "interp")
+	os.WriteFile(foreign, []byte("#!"+interp+" -x\n"), 0o755)
+	viaEnv := filepath.Join(tools, "env.sh")
+	os.WriteFile(viaEnv, []byte("#!/usr/bin/env nosuchinterpreter\n"), 0o755)
+	shim := filepath.Join(tools, ".pyenv", "shims", "python3")
+	os.MkdirAll(filepath.Dir(shim), 0o755)
+	os.WriteFile(shim, []byte("#!/bin/sh\nexec pyenv exec python3\n"), 0o755)
+	work := t.TempDir()
+	base := Policy{Agent: "a", Workdir: work, Env: []string{"PATH=/usr/bin:/bin"}}
+	for _, c := range []struct {
+		name    string
+		program string
+		args    []string
+		ro      []string
+		want    string // "" means fine
+	}{
+		{"system program", "/bin/sh", nil, nil, ""},
+		{"script outside", script, nil, nil, "is a script that is not visible inside the sandbox"},
+		{"script made visible", script, nil, []string{tools}, ""},
+		{"interpreter outside", foreign, nil, []string{tools + "/x"}, "is a script that is not visible"},
+		{"interpreter not visible", foreign, nil, []string{tools}, "the interpreter " + interp + " of runtime " + foreign},
+		{"env interpreter missing", viaEnv, nil, []string{tools}, "runs \"nosuchinterpreter\" through env"},
+		{"pyenv shim", shim, nil, nil, "pyenv shims run pyenv itself"},
+		{"argument outside", "/bin/sh", []string{script}, nil, "runtime argument " + script + " is not visible"},
+		{"argument inside", "/bin/sh", []string{script}, []string{tools}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := base
+			p.Program, p.Args, p.ReadOnly = c.program, c.args, c.ro
+			err := CheckProgram(p)
+			switch {
+			case c.want == "" && err != nil:
+				t.Errorf("CheckProgram = %v, want nil", err)
+			case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+				t.Errorf("CheckProgram = %v, want %q", err, c.want)
+			case err != nil:
+				var se *Error
+				if !errors.As(err, &se) || !se.Permanent() {
+					t.Errorf("error %v is not a permanent *Error", err)
+				}
+			}
+		})
 	}
 }
