@@ -2,9 +2,12 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // bcpgw doctor builds a real sandbox and says what each agent gets; an
@@ -45,5 +48,49 @@ func TestDoctor(t *testing.T) {
 	}
 	if r = run(t, runOpts{}, "doctor", dir, "--state", t.TempDir()); r.code != 0 || !strings.Contains(r.stdout, "can start") {
 		t.Errorf("doctor with the script's directory read-only:\n%s", r)
+	}
+}
+
+// An agent whose runtime cannot run in its sandbox fails at once (no
+// crash loop), and status and agents say why and what to do.
+func TestSandboxStartFailureIsShown(t *testing.T) {
+	dir, tools, state := t.TempDir(), t.TempDir(), filepath.Join(t.TempDir(), "state")
+	script := filepath.Join(tools, "agent.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\nexec sleep 100\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	def := "---\nname: solo\nruntime: [" + script + "]\nautostart: true\n---\nSolo.\n"
+	if err := os.WriteFile(filepath.Join(dir, "solo.md"), []byte(def), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gw := exec.Command(bin, "run", "--agents", dir, "--state", state)
+	gw.Env = baseEnv()
+	if err := gw.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = gw.Process.Signal(syscall.SIGTERM)
+		_ = gw.Wait()
+	}()
+	want := "FAILED solo: start solo: sandbox of solo: runtime " + script + " is a script that is not visible inside the sandbox"
+	var r result
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if r = run(t, runOpts{}, "status", "--state", state); strings.Contains(r.stdout, want) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(r.stdout, want) || !strings.Contains(r.stdout, "add "+tools+" to sandbox.read_only") ||
+		!strings.Contains(r.stdout, "bcpgw agents start NAME") {
+		t.Fatalf("status never said why solo failed:\n%s", r)
+	}
+	if a := run(t, runOpts{}, "agents", "--state", state); !strings.Contains(a.stdout, "failed") || !strings.Contains(a.stdout, "add "+tools+" to sandbox.read_only") {
+		t.Errorf("agents:\n%s", a)
+	}
+	// Failed at once: one attempt, not a crash loop.
+	ev := run(t, runOpts{}, "events", "--state", state, "--type", "agent_failed")
+	if n := strings.Count(ev.stdout, "agent_failed"); n != 1 || !strings.Contains(ev.stdout, "cannot start") {
+		t.Errorf("agent_failed events (%d):\n%s", n, ev)
 	}
 }

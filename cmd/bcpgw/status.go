@@ -35,6 +35,20 @@ the state directory.`,
 				w := cmd.OutOrStdout()
 				fmt.Fprintf(w, "bcpgw %s running, pid %d, up %s\n", st.Version, st.PID, tui.Age(time.Since(st.StartedAt)))
 				fmt.Fprintf(w, "agents:     %s (%s)\n", byState(st.Agents), st.AgentsDir)
+				if st.Agents["failed"] > 0 {
+					// Say why, and what to do: a failed agent waits for
+					// an operator.
+					list, err := cl.Agents(ctx)
+					if err != nil {
+						return err
+					}
+					for _, a := range list {
+						if a.State == "failed" {
+							fmt.Fprintf(w, "  FAILED %s: %s\n", a.Name, a.LastError)
+						}
+					}
+					fmt.Fprintf(w, "  fix the cause, then: bcpgw agents start NAME (or edit its definition: a reload retries it)\n")
+				}
 				fmt.Fprintf(w, "approvals:  %d pending\n", st.PendingApprovals)
 				fmt.Fprintf(w, "deliveries: %d waiting for their Controller\n", st.PendingDeliveries)
 				fmt.Fprintf(w, "events:     %d (last seq)\n", st.LastEventSeq)
