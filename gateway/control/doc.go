@@ -10,9 +10,16 @@
 // created 0600, inside a 0700 directory, through a private temporary
 // directory so it is never reachable by anyone else, not even between
 // bind and chmod; then every connection's peer credentials (SO_PEERCRED)
-// are checked, so a loosened mode cannot let another uid in. Decisions on
-// approval items record the deciding user, uid and pid from those
-// credentials.
+// are checked, so a loosened mode cannot let another uid in. Then the
+// peer process itself (PeerPolicy): one in another user or pid namespace
+// than the gateway's (a sandboxed runtime, a container) or one that
+// descends from the gateway (a runtime, or anything it started: the
+// gateway is a child subreaper, so orphans stay its descendants) is
+// refused too, and the refusal is audited as control_refused. Root may use
+// the socket of a gateway running as another user only where it can read
+// that gateway's namespaces; otherwise it is refused, and should connect
+// as the gateway's user. Decisions on approval items record the deciding
+// user, uid and pid from those credentials.
 //
 // Events reach subscribers as notifications (requests without an id),
 // method "event". A subscription reads the durable event log from its
@@ -32,7 +39,7 @@
 //	-32004 expired           the item expired before the decision
 //	-32005 revoked           its channel or subscription is gone; the item was dropped
 //	-32006 not_running       the gateway is still starting (decisions wait for its outbox)
-//	-32007 permission_denied the peer's uid may not use the socket
+//	-32007 permission_denied the peer may not use the socket (its uid, its namespaces, or it descends from the gateway)
 //	-32008 agent_failed      the agent crashed too often
 //	-32009 unavailable       the gateway cannot do this now, or is shutting down (see the message)
 //	-32010 limit             too many subscriptions or connections

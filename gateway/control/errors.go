@@ -31,7 +31,7 @@ const (
 	CodeExpired        = -32004 // the item expired before the decision
 	CodeRevoked        = -32005 // its channel or subscription is gone; the item was dropped
 	CodeNotRunning     = -32006 // the gateway is still starting
-	CodePermission     = -32007 // the peer's uid may not use this socket
+	CodePermission     = -32007 // the peer may not use this socket: its uid, its namespaces, or it descends from the gateway
 	CodeAgentFailed    = -32008 // the agent crashed too often; start it again after fixing the cause
 	CodeUnavailable    = -32009 // the gateway cannot do this now, or is shutting down
 	CodeLimit          = -32010 // too many subscriptions or connections
