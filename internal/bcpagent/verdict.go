@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/bcpgw/bcpgw/runtime"
@@ -43,10 +44,11 @@ func (a *Agent) awaitVerdict(ctx context.Context, key, what string, send func(co
 		err error
 	}
 	done := make(chan outcome, 1)
+	sctx := &sentCtx{Context: a.sessionCtx, sent: make(chan struct{})}
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
-		r, err := send(a.sessionCtx)
+		r, err := send(sctx)
 		a.mu.Lock()
 		late := a.abandoned[key]
 		delete(a.pending, key)
@@ -57,6 +59,15 @@ func (a *Agent) awaitVerdict(ctx context.Context, key, what string, send func(co
 		a.mu.Unlock()
 		done <- outcome{r, err}
 	}()
+
+	// The tool call does not return before its message is on the wire:
+	// else the turn's result (or, after an interrupt, the end of the
+	// turn) could reach the gateway before the response it sent.
+	select {
+	case <-sctx.sent:
+	case o := <-done: // the send failed before it waited (session closed, write failed)
+		return o.r, true, o.err
+	}
 
 	timer := time.NewTimer(a.cfg.VerdictWait)
 	defer timer.Stop()
@@ -75,6 +86,23 @@ func (a *Agent) awaitVerdict(ctx context.Context, key, what string, send func(co
 	a.mu.Unlock()
 	o := <-done // it finished just now
 	return o.r, true, o.err
+}
+
+// sentCtx is the context a verdict waiter's send runs under: the
+// session's, and its sent channel is closed at the first call to Done.
+// The SDK's Publish and Respond write their message (under the Client's
+// lock, registering the waiter) and only then wait on ctx.Done for the
+// verdict, so the first Done tells that the message is written. A send
+// that fails before that returns instead, which awaitVerdict also sees.
+type sentCtx struct {
+	context.Context
+	once sync.Once
+	sent chan struct{}
+}
+
+func (c *sentCtx) Done() <-chan struct{} {
+	c.once.Do(func() { close(c.sent) })
+	return c.Context.Done()
 }
 
 func verdictText(r runtime.ValidationResult) string {
