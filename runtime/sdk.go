@@ -82,21 +82,61 @@ func (c *Client) Subscriptions() []ActiveSubscription {
 // comes only after a person decided, so pass a context with a deadline if
 // the turn must not wait that long.
 func (c *Client) Publish(ctx context.Context, subscriptionID, controller string, response any) (ValidationResult, error) {
-	raw, err := toRaw(response)
+	p, err := c.SendPublish(subscriptionID, controller, response)
 	if err != nil {
 		return ValidationResult{}, err
 	}
-	msg := Response{Type: TypeResponse, SubscriptionID: subscriptionID, Controller: controller, Response: raw}
-	return c.await(ctx, "s:"+subscriptionID, msg)
+	return p.Wait(ctx)
 }
 
 // Respond answers a query and waits for the gateway's verdict.
 func (c *Client) Respond(ctx context.Context, queryID string, response any) (ValidationResult, error) {
-	raw, err := toRaw(response)
+	p, err := c.SendRespond(queryID, response)
 	if err != nil {
 		return ValidationResult{}, err
 	}
-	return c.await(ctx, "q:"+queryID, Response{Type: TypeResponse, QueryID: queryID, Response: raw})
+	return p.Wait(ctx)
+}
+
+// SendPublish writes a publish and returns at once: when it returns the
+// message is on the wire, ahead of anything written after it (the turn's
+// result, say), and its verdict is still to come. Publish is SendPublish
+// then Wait.
+func (c *Client) SendPublish(subscriptionID, controller string, response any) (*Pending, error) {
+	raw, err := toRaw(response)
+	if err != nil {
+		return nil, err
+	}
+	return c.send("s:"+subscriptionID, Response{Type: TypeResponse, SubscriptionID: subscriptionID, Controller: controller, Response: raw})
+}
+
+// SendRespond writes an answer to a query and returns at once, like
+// SendPublish.
+func (c *Client) SendRespond(queryID string, response any) (*Pending, error) {
+	raw, err := toRaw(response)
+	if err != nil {
+		return nil, err
+	}
+	return c.send("q:"+queryID, Response{Type: TypeResponse, QueryID: queryID, Response: raw})
+}
+
+// Pending is a publish or an answer written to the gateway whose verdict
+// has not been read yet.
+type Pending struct {
+	ch chan ValidationResult
+}
+
+// Wait waits for the verdict, until ctx ends.
+func (p *Pending) Wait(ctx context.Context) (ValidationResult, error) {
+	select {
+	case r, ok := <-p.ch:
+		if !ok {
+			return ValidationResult{}, ErrClosed
+		}
+		return r, nil
+	case <-ctx.Done():
+		return ValidationResult{}, ctx.Err()
+	}
 }
 
 func toRaw(v any) (json.RawMessage, error) {
@@ -113,28 +153,24 @@ func toRaw(v any) (json.RawMessage, error) {
 // await sends msg and waits for the validation result filed under key.
 // Registering and sending happen under one lock, so waiters queue in the
 // order their messages were written, which is the order results return.
-func (c *Client) await(ctx context.Context, key string, msg any) (ValidationResult, error) {
+func (c *Client) send(key string, msg any) (*Pending, error) {
 	ch := make(chan ValidationResult, 1)
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.closed {
-		c.mu.Unlock()
-		return ValidationResult{}, ErrClosed
+		return nil, ErrClosed
 	}
 	c.waiting[key] = append(c.waiting[key], ch)
-	err := c.enc.Encode(msg)
-	c.mu.Unlock()
-	if err != nil {
-		return ValidationResult{}, err
-	}
-	select {
-	case r, ok := <-ch:
-		if !ok {
-			return ValidationResult{}, ErrClosed
+	if err := c.enc.Encode(msg); err != nil {
+		// Not sent: no verdict will come for it.
+		if w := c.waiting[key][:len(c.waiting[key])-1]; len(w) > 0 {
+			c.waiting[key] = w
+		} else {
+			delete(c.waiting, key)
 		}
-		return r, nil
-	case <-ctx.Done():
-		return ValidationResult{}, ctx.Err()
+		return nil, err
 	}
+	return &Pending{ch: ch}, nil
 }
 
 // Query sends a query to a Reader. It returns once the gateway has

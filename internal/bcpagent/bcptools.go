@@ -117,8 +117,8 @@ func (a *Agent) runRespond(ctx context.Context, c *runtime.Client, raw json.RawM
 	if err != nil {
 		return "", err
 	}
-	r, got, err := a.awaitVerdict(ctx, "q:"+q.QueryID, "answer to query "+q.QueryID, func(ctx context.Context) (runtime.ValidationResult, error) {
-		return c.Respond(ctx, q.QueryID, response)
+	r, got, err := a.awaitVerdict(ctx, "q:"+q.QueryID, "answer to query "+q.QueryID, func() (*runtime.Pending, error) {
+		return c.SendRespond(q.QueryID, response)
 	})
 	switch {
 	case err != nil:
@@ -175,8 +175,8 @@ func (a *Agent) runPublish(ctx context.Context, c *runtime.Client, raw json.RawM
 		return "", err
 	}
 	what := fmt.Sprintf("publish to %s of %s", args.SubscriptionID, args.Controller)
-	r, got, err := a.awaitVerdict(ctx, "s:"+args.SubscriptionID, what, func(ctx context.Context) (runtime.ValidationResult, error) {
-		return c.Publish(ctx, args.SubscriptionID, args.Controller, response)
+	r, got, err := a.awaitVerdict(ctx, "s:"+args.SubscriptionID, what, func() (*runtime.Pending, error) {
+		return c.SendPublish(args.SubscriptionID, args.Controller, response)
 	})
 	switch {
 	case err != nil:

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/bcpgw/bcpgw/runtime"
@@ -18,14 +17,17 @@ var errBusy = errors.New("still waiting for the verdict")
 // for the gateway's verdict. got is false when the wait ended first (a
 // Cat-3 item waits for a person; the turn ends before).
 //
-// The send runs on its own goroutine under the session's context, not
-// the turn's, so a verdict that comes after the turn ended is still
-// received: it becomes a note for the model's next turn. One verdict per
+// send writes the message before awaitVerdict goes on, so the tool call
+// never returns (and the turn's result is never written) before the
+// response it sent. The wait for the verdict runs on its own goroutine
+// under the session's context, not the turn's, so a verdict that comes
+// after the turn ended is still received: it becomes a note for the
+// model's next turn. One verdict per
 // key (subscription or query) is outstanding at a time: the SDK matches
 // verdicts to waiters per id in order, and a verdict held for review
 // comes after later ones, so a second send would take the first's
 // verdict. The second is refused to the model instead.
-func (a *Agent) awaitVerdict(ctx context.Context, key, what string, send func(context.Context) (runtime.ValidationResult, error)) (runtime.ValidationResult, bool, error) {
+func (a *Agent) awaitVerdict(ctx context.Context, key, what string, send func() (*runtime.Pending, error)) (runtime.ValidationResult, bool, error) {
 	if err := ctx.Err(); err != nil {
 		// The send below uses the session's context: an interrupted turn
 		// must not send anything.
@@ -38,17 +40,23 @@ func (a *Agent) awaitVerdict(ctx context.Context, key, what string, send func(co
 	}
 	a.pending[key] = true
 	a.mu.Unlock()
+	p, err := send()
+	if err != nil {
+		a.mu.Lock()
+		delete(a.pending, key)
+		a.mu.Unlock()
+		return runtime.ValidationResult{}, true, err
+	}
 
 	type outcome struct {
 		r   runtime.ValidationResult
 		err error
 	}
 	done := make(chan outcome, 1)
-	sctx := &sentCtx{Context: a.sessionCtx, sent: make(chan struct{})}
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
-		r, err := send(sctx)
+		r, err := p.Wait(a.sessionCtx)
 		a.mu.Lock()
 		late := a.abandoned[key]
 		delete(a.pending, key)
@@ -59,15 +67,6 @@ func (a *Agent) awaitVerdict(ctx context.Context, key, what string, send func(co
 		a.mu.Unlock()
 		done <- outcome{r, err}
 	}()
-
-	// The tool call does not return before its message is on the wire:
-	// else the turn's result (or, after an interrupt, the end of the
-	// turn) could reach the gateway before the response it sent.
-	select {
-	case <-sctx.sent:
-	case o := <-done: // the send failed before it waited (session closed, write failed)
-		return o.r, true, o.err
-	}
 
 	timer := time.NewTimer(a.cfg.VerdictWait)
 	defer timer.Stop()
@@ -86,23 +85,6 @@ func (a *Agent) awaitVerdict(ctx context.Context, key, what string, send func(co
 	a.mu.Unlock()
 	o := <-done // it finished just now
 	return o.r, true, o.err
-}
-
-// sentCtx is the context a verdict waiter's send runs under: the
-// session's, and its sent channel is closed at the first call to Done.
-// The SDK's Publish and Respond write their message (under the Client's
-// lock, registering the waiter) and only then wait on ctx.Done for the
-// verdict, so the first Done tells that the message is written. A send
-// that fails before that returns instead, which awaitVerdict also sees.
-type sentCtx struct {
-	context.Context
-	once sync.Once
-	sent chan struct{}
-}
-
-func (c *sentCtx) Done() <-chan struct{} {
-	c.once.Do(func() { close(c.sent) })
-	return c.Context.Done()
 }
 
 func verdictText(r runtime.ValidationResult) string {
