@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/gateway"
@@ -58,6 +59,12 @@ address; a bare port listens on 127.0.0.1 only. Off by default.`,
 				return errors.New("--agents is required (or set BCPGW_AGENTS)")
 			case stateDir == "":
 				return errors.New("--state is required (or set BCPGW_STATE)")
+			}
+			// What this process inherited beyond stdin, stdout and
+			// stderr must not reach the runtimes (sandboxed or not):
+			// close it on exec.
+			if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+				return &exitError{code: exitFailed, msg: fmt.Sprintf("mark inherited descriptors close-on-exec: %v", err)}
 			}
 			logger, err := newLogger(cmd.ErrOrStderr(), logFormat, logLevel)
 			if err != nil {

@@ -382,6 +382,13 @@ func (h *helper) relay() error {
 // start runs the runtime with the helper's stdin, stdout and stderr (the
 // gateway's pipes) and returns its pid.
 func (h *helper) start() (int, error) {
+	// Nothing but stdin, stdout and stderr reaches the runtime: not the
+	// helper's status pipe, nor any descriptor the gateway itself
+	// inherited from whoever started it (a descriptor crosses every
+	// namespace and file permission).
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return 0, fmt.Errorf("close the helper's descriptors on exec: %w", err)
+	}
 	cmd := exec.Command(h.sp.Program)
 	cmd.Args = append([]string{h.sp.Program}, h.sp.Args...)
 	cmd.Env = os.Environ()

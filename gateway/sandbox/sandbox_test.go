@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -60,6 +61,17 @@ func TestSandboxBasics(t *testing.T) {
 	}
 	secret := filepath.Join(t.TempDir(), "secret")
 	os.WriteFile(secret, []byte("s3cret"), 0o644)
+	// A descriptor the gateway inherited without close-on-exec (as from
+	// a shell) must not reach the runtime.
+	fd, err := syscall.Open(secret, syscall.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Dup2(fd, 40); err != nil {
+		t.Fatal(err)
+	}
+	syscall.Close(fd)
+	defer syscall.Close(40)
 	out, exit := run(t, Policy{Workdir: work}, `
 echo hello > out.txt && echo wrote
 cat `+secret+` 2>&1 || echo nosecret
@@ -71,6 +83,7 @@ touch /usr/x 2>/dev/null && echo usrwritable || echo usrro
 grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status
 ls /dev | tr '\n' ' '; echo
 hostname
+cat /proc/self/fd/40 2>/dev/null && echo fd40leaked || echo fd40closed
 exit 3`)
 	t.Log(out)
 	if exit == nil || exit.Code != 3 {
@@ -81,7 +94,7 @@ exit 3`)
 		// on, privileges frozen.
 		"CapInh:\t0000000000000000", "CapPrm:\t0000000000000000", "CapEff:\t0000000000000000",
 		"CapBnd:\t0000000000000000", "CapAmb:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2",
-		"fd full null random shm stderr stdin stdout urandom zero", "bcpgw-test"} {
+		"fd full null random shm stderr stdin stdout urandom zero", "bcpgw-test", "fd40closed"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
 		}
