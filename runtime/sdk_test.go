@@ -279,3 +279,30 @@ func TestRunResultCarriesTurnReport(t *testing.T) {
 		t.Errorf("second result = %+v", res)
 	}
 }
+
+// SendPublish returns once the publish is written, before its verdict:
+// what the runtime writes next (here the turn's result) comes after it.
+func TestSendPublishWritesBeforeTheVerdict(t *testing.T) {
+	pending := make(chan *Pending, 1)
+	g := startRuntime(t, Handler{
+		Prompt: func(ctx context.Context, c *Client, p Prompt) error {
+			pd, err := c.SendPublish("research-alerts", "main", map[string]any{"urgent": true})
+			pending <- pd
+			return err
+		},
+	})
+	g.send(Prompt{Type: TypePrompt, Content: "go"})
+	var resp Response
+	g.expect(TypeResponse, &resp)
+	g.expect(TypeResult) // the turn ended without waiting for the verdict
+	if resp.SubscriptionID != "research-alerts" || string(resp.Response) != `{"urgent":true}` {
+		t.Fatalf("published %+v", resp)
+	}
+	pd := <-pending
+	g.send(ValidationResult{Type: TypeValidationResult, SubscriptionID: "research-alerts", Success: true, Detail: "Published"})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if r, err := pd.Wait(ctx); err != nil || !r.Success || r.Detail != "Published" {
+		t.Errorf("Wait = %+v, %v", r, err)
+	}
+}
