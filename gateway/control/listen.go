@@ -9,7 +9,8 @@ import (
 	"path/filepath"
 	"sync"
 	"syscall"
-	"time"
+
+	"github.com/bcpgw/bcpgw/internal/unixsock"
 )
 
 // ErrInUse is returned by Listen when a gateway already answers on the
@@ -29,42 +30,20 @@ var ErrInUse = errors.New("another bcpgw is running with this state directory")
 // that answers means another gateway owns this state directory: ErrInUse.
 // Anything at path that is not a socket is refused and left alone.
 func Listen(path string) (*Listener, error) {
-	dir := filepath.Dir(path)
-	if err := PrepareDir(dir); err != nil {
+	if err := PrepareDir(filepath.Dir(path)); err != nil {
 		return nil, err
 	}
-	if err := clearStale(path); err != nil {
+	ln, fi, err := sock.Listen(path)
+	if err != nil {
 		return nil, err
-	}
-	// Short names: a socket's path is limited to about 104 bytes, and
-	// this one is only two bytes longer than path.
-	tmp, err := os.MkdirTemp(dir, ".c")
-	if err != nil {
-		return nil, fmt.Errorf("control socket: %w", err)
-	}
-	defer os.RemoveAll(tmp)
-	bound := filepath.Join(tmp, "s")
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: bound, Net: "unix"})
-	if err != nil {
-		return nil, fmt.Errorf("control socket: %w", err)
-	}
-	// The listener would unlink the temporary name on Close; the socket
-	// lives at path now, and Listener.Close removes that.
-	ln.SetUnlinkOnClose(false)
-	if err := os.Chmod(bound, 0o600); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("control socket: %w", err)
-	}
-	fi, err := os.Lstat(bound)
-	if err == nil {
-		err = os.Rename(bound, path)
-	}
-	if err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("control socket: %w", err)
 	}
 	return &Listener{ln: ln, Path: path, file: fi}, nil
 }
+
+// sock is the control socket for internal/unixsock: its errors begin
+// "control socket", and its private temporary directory has a short name
+// (a socket's path is limited to about 104 bytes).
+var sock = unixsock.Kind{Name: "control socket", InUse: ErrInUse, TempPrefix: ".c"}
 
 // Listener is the listening control socket.
 type Listener struct {
@@ -80,14 +59,9 @@ type Listener struct {
 // than once.
 func (l *Listener) Close() error {
 	l.once.Do(func() {
-		l.err = l.ln.Close()
 		// Only our socket: if another gateway has since put its own at
 		// Path, it stays.
-		if fi, err := os.Lstat(l.Path); err == nil && os.SameFile(fi, l.file) {
-			if err := os.Remove(l.Path); err != nil && l.err == nil {
-				l.err = err
-			}
-		}
+		l.err = unixsock.Close(l.ln, l.Path, l.file)
 	})
 	return l.err
 }
@@ -123,47 +97,6 @@ func PrepareDir(dir string) error {
 // error wrapping ErrInUse if a gateway answers there; an error if
 // something that is not a socket is in the way.
 func Check(path string) error {
-	_, err := stale(path)
+	_, err := sock.Stale(path)
 	return err
-}
-
-// clearStale removes a socket at path that nobody answers on.
-func clearStale(path string) error {
-	found, err := stale(path)
-	if err != nil || !found {
-		return err
-	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("control socket: remove stale %s: %w", path, err)
-	}
-	return nil
-}
-
-// stale reports whether a socket nobody answers on is at path.
-func stale(path string) (bool, error) {
-	fi, err := os.Lstat(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("control socket: %w", err)
-	}
-	if fi.Mode().Type() != fs.ModeSocket {
-		what := "a special file"
-		switch {
-		case fi.Mode().IsRegular():
-			what = "a regular file"
-		case fi.IsDir():
-			what = "a directory"
-		case fi.Mode()&fs.ModeSymlink != 0:
-			what = "a symbolic link"
-		}
-		return false, fmt.Errorf("control socket: %s exists and is not a socket (it is %s); move it away", path, what)
-	}
-	c, err := net.DialTimeout("unix", path, time.Second)
-	if err == nil {
-		c.Close()
-		return false, fmt.Errorf("control socket %s: %w", path, ErrInUse)
-	}
-	return true, nil
 }
