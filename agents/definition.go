@@ -201,6 +201,9 @@ type Channel struct {
 	MaxCat2Queries int
 	MaxCat3Queries int
 	Subscriptions  []*Subscription // only when Role is controller
+	// Rates limit the channel's queries and pushes per category (TriOnyx
+	// definitions, --compat trionyx); nil: no rate limits.
+	Rates *Rates
 
 	index int  // position in bcp_channels, for error paths
 	dup   bool // a second channel to the same peer (an error)

@@ -24,6 +24,10 @@ type Set struct {
 	Notes []string
 
 	byName map[string]*Definition
+	opts   LoadOptions // how it was loaded, for a reload
+	// makeDirs are the missing writable directories of TriOnyx
+	// definitions (LoadOptions.MakeDirs).
+	makeDirs []pendingDir
 	// unnamed holds the base names (without .md) of files that failed
 	// before their name was known; a peer of that name is probably the
 	// broken file, so it is not also reported missing.
@@ -89,7 +93,31 @@ type LoadOptions struct {
 	// sandbox path may reach into it. Only bcpgw run and check know it;
 	// validate applies the rule when given --state.
 	StateDir string
+	// Compat reads the definitions in another gateway's format: the zero
+	// value is bcpgw's own strict format, CompatTriOnyx TriOnyx's (see
+	// trionyx.go). The fields below apply to CompatTriOnyx only.
+	Compat Compat
+	// DefaultRuntime is the runtime of a TriOnyx definition that names
+	// none (bcpgw run --default-runtime); TriOnyx has no runtime key.
+	DefaultRuntime []string
+	// Workspace is TriOnyx's workspace, the root its fs_read and fs_write
+	// patterns are written against. Default: the parent of the
+	// definitions directory (TriOnyx keeps them in WORKSPACE/agent-definitions).
+	Workspace string
+	// MakeDirs creates the directories a valid TriOnyx set lets its
+	// agents write and that do not exist yet (WORKSPACE/agents/NAME, each
+	// DIR of an fs_write DIR/**), 0700, as bcpgw run must before it
+	// starts them. Without it (bcpgw validate) nothing is created.
+	MakeDirs bool
+	// LookupEnv reads the environment the definitions are loaded in (the
+	// model API's address, the credentials TriOnyx passes through).
+	// Default os.LookupEnv.
+	LookupEnv func(string) (string, bool)
 }
+
+// Options returns the options the set was loaded with, so that a reload
+// reads the definitions the same way.
+func (s *Set) Options() LoadOptions { return s.opts }
 
 // LoadDir is Load without options: the rules that need the state
 // directory are not applied.
@@ -106,7 +134,7 @@ func Load(dir string, opts LoadOptions) (*Set, error) {
 		return nil, fmt.Errorf("read agents directory: %w", err)
 	}
 	var (
-		set  = &Set{Dir: dir, byName: map[string]*Definition{}, unnamed: map[string]bool{}}
+		set  = &Set{Dir: dir, byName: map[string]*Definition{}, unnamed: map[string]bool{}, opts: opts}
 		errs []*ParseError
 	)
 	for _, e := range entries {
@@ -128,7 +156,7 @@ func Load(dir string, opts LoadOptions) (*Set, error) {
 			set.unnamed[strings.TrimSuffix(name, filepath.Ext(name))] = true
 			continue
 		}
-		def, perrs := parseFile(path, data)
+		def, perrs := set.parseFile(path, data)
 		errs = append(errs, perrs...)
 		if def == nil || def.Name == "" {
 			set.unnamed[strings.TrimSuffix(name, filepath.Ext(name))] = true
@@ -145,8 +173,14 @@ func Load(dir string, opts LoadOptions) (*Set, error) {
 		errs = append(errs, &ParseError{File: dir, Msg: "no agent definitions (.md files) found"})
 	}
 	slices.SortFunc(set.Agents, func(a, b *Definition) int { return cmp.Compare(a.Name, b.Name) })
+	if opts.Compat == CompatTriOnyx {
+		set.dropUnmirrored() // TriOnyx ignores a channel without its mirror
+	}
 	errs = append(errs, set.link()...)
 	errs = append(errs, set.checkPaths(opts.StateDir)...)
+	if opts.Compat == CompatTriOnyx {
+		errs = append(errs, set.finishTriOnyx(len(errs) == 0)...)
+	}
 	set.warn()
 	if len(errs) > 0 {
 		sortErrors(errs)

@@ -25,6 +25,9 @@ const (
 	QueryTimeout          Code = "query_timeout"
 	ToolNotAllowed        Code = "tool_not_allowed"
 	ProtocolError         Code = "protocol_error"
+	// RateLimited is bcpgw's own: a channel's rate limit (TriOnyx
+	// definitions, --compat trionyx) refused a query or push.
+	RateLimited Code = "rate_limited"
 )
 
 // Codes lists every code, in the protocol's order.
@@ -32,6 +35,7 @@ var Codes = []Code{
 	SubscriptionNotFound, ValidationFailed, BudgetExhausted, ApprovalRejected,
 	ApprovalExpired, ControllerUnavailable, NoChannel, CategoryNotAllowed,
 	QueryLimit, QueryNotFound, QueryTimeout, ToolNotAllowed, ProtocolError,
+	RateLimited,
 }
 
 // Error is a refusal: a code for programs and a detail for people.
