@@ -74,7 +74,8 @@ type Gateway struct {
 	sv      *Supervisor
 	set     atomic.Pointer[agents.Set] // the definitions in force
 	sched   *scheduler
-	metrics *Metrics // may be nil
+	metrics *Metrics    // may be nil
+	rates   rateLimiter // channel rate limits (ratelimit.go)
 
 	reloadMu sync.Mutex // one reload at a time
 

@@ -62,9 +62,15 @@ func (g *Gateway) query(s *Session, env runtime.Envelope, q runtime.QueryRequest
 		id: store.NewID("q-", 12), requestID: q.RequestID, controller: controller, csess: s, reader: q.To,
 		spec: spec, context: q.Spec.Context, bits: bits, deadline: g.now().Add(g.cfg.QueryTimeout), done: make(chan struct{}),
 	}
+	slot, e := g.rates.reserve(link, q.Category, g.now()) // channel rates (ratelimit.go)
+	if e != nil {
+		refuse(e)
+		return
+	}
 	g.mu.Lock()
 	if e := g.budgets.admitQuery(link, s, q.Category, bits); e != nil {
 		g.mu.Unlock()
+		slot.release()
 		refuse(e)
 		return
 	}

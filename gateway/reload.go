@@ -86,7 +86,9 @@ func (g *Gateway) Reload(ctx context.Context, by string) (Reloaded, error) {
 	g.reloadMu.Lock()
 	defer g.reloadMu.Unlock()
 	dir := g.set.Load().Dir
-	set, err := agents.Load(dir, agents.LoadOptions{StateDir: g.cfg.StateDir})
+	opts := g.set.Load().Options() // the same format (--compat) as at start
+	opts.StateDir = g.cfg.StateDir
+	set, err := agents.Load(dir, opts)
 	if err == nil && !g.cfg.AllowUnsandboxed {
 		// A reload may not do what bcpgw run would have refused.
 		if un := set.Unsandboxed(); len(un) > 0 {

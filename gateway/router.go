@@ -88,6 +88,10 @@ type admitted struct {
 func (g *Gateway) publish(s *Session, env runtime.Envelope, r runtime.Response) {
 	reply := s.ReplyLater()
 	set := g.set.Load()
+	slot, ok := g.pushRate(s, env, r, reply, set) // channel rates (ratelimit.go)
+	if !ok {
+		return
+	}
 	// Validation, the costly part, runs unlocked: JudgePublish asks for
 	// the budgets only once the response is valid, and the lock taken
 	// there is held until the charge, so check and charge are one step.
@@ -105,6 +109,7 @@ func (g *Gateway) publish(s *Session, env runtime.Envelope, r runtime.Response) 
 		g.mu.Unlock()
 	}
 	if !v.Accepted() {
+		slot.release()
 		g.refused(s.Name(), r.Controller, v.Err, env.Raw, r.SubscriptionID)
 		g.metrics.publish("refused", v.Err)
 		reply.Send(runtime.ValidationResult{Type: runtime.TypeValidationResult, SubscriptionID: r.SubscriptionID, Detail: v.Detail()})
