@@ -8,7 +8,8 @@ BENCHTIME ?= 1s
 FUZZ_TARGETS := \
 	FuzzValidate:./bcp \
 	FuzzAnomalyPrefilter:./bcp \
-	FuzzParse:./agents
+	FuzzParse:./agents \
+	FuzzDecodeQuerySpec:./runtime
 
 .PHONY: all build test fmt-check vet run run-llm fuzz bench clean
 

@@ -79,6 +79,10 @@ type Field struct {
 
 // Question is one Cat-2 question. MaxWords 0 means "the spec's MaxWords".
 // Min and Max bound an integer answer and are allowed only with that format.
+// Question, the text shown to the Reader, is optional here: whether a
+// decoder requires it depends on the spelling it read (see the agents and
+// runtime packages: with "id" it is required, with TriOnyx's "name" the id
+// is the question).
 type Question struct {
 	ID       string `json:"id"`
 	Question string `json:"question"`
@@ -108,6 +112,25 @@ func (s Spec) QuestionWords(q Question) int {
 		return q.MaxWords
 	}
 	return s.MaxWords
+}
+
+// Complete returns s with every question's MaxWords and Format written
+// out (the spec's MaxWords; short_text), so that what a Reader is told is
+// complete per question; s itself is not changed. The bits are the same.
+func (s Spec) Complete() Spec {
+	if s.Questions == nil {
+		return s
+	}
+	qs := make([]Question, len(s.Questions))
+	for i, q := range s.Questions {
+		q.MaxWords = s.QuestionWords(q)
+		if q.Format == "" {
+			q.Format = ShortText
+		}
+		qs[i] = q
+	}
+	s.Questions = qs
+	return s
 }
 
 // Policy returns the effective anomaly policy of s.
@@ -272,9 +295,6 @@ func (s Spec) questionProblems() []Problem {
 				add(p+".id", "duplicate question id %q (also questions[%d])", q.ID, j)
 			}
 			seen[q.ID] = i
-		}
-		if q.Question == "" {
-			add(p+".question", "required")
 		}
 		switch {
 		case q.MaxWords < 0:

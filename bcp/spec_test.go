@@ -2,6 +2,7 @@ package bcp
 
 import (
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -97,7 +98,7 @@ func TestSpecProblems(t *testing.T) {
 		{"cat2 dup ids", Spec{Category: Cat2, Questions: []Question{q("a"), q("a")}}, []string{`questions[1].id: duplicate question id "a"`}},
 		{"cat2 no words", Spec{Category: Cat2, Questions: []Question{{ID: "a", Question: "q"}}},
 			[]string{"questions[0].max_words: required: set it on the question or on the subscription"}},
-		{"cat2 no question text", Spec{Category: Cat2, Questions: []Question{{ID: "a", MaxWords: 1}}}, []string{"questions[0].question: required"}},
+		{"cat2 no question text", Spec{Category: Cat2, Questions: []Question{{ID: "a", MaxWords: 1}}}, nil}, // the decoders decide
 		{"cat2 unknown format", Spec{Category: Cat2, Questions: []Question{{ID: "a", Question: "q", MaxWords: 1, Format: "phone"}}},
 			[]string{`questions[0].expected_format: unknown format "phone" (known: short_text, short_list, person_name, date, email, integer)`}},
 		{"cat2 min on text", Spec{Category: Cat2, Questions: []Question{{ID: "a", Question: "q", MaxWords: 1, Min: i64(1)}}},
@@ -126,5 +127,26 @@ func TestSpecProblems(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestSpecComplete(t *testing.T) {
+	s := Spec{Category: Cat2, MaxWords: 7, Questions: []Question{
+		{ID: "a", Question: "q"},
+		{ID: "b", Question: "q", MaxWords: 2, Format: Date},
+	}}
+	got := s.Complete()
+	want := []Question{{ID: "a", Question: "q", MaxWords: 7, Format: ShortText}, {ID: "b", Question: "q", MaxWords: 2, Format: Date}}
+	if !reflect.DeepEqual(got.Questions, want) {
+		t.Fatalf("Complete().Questions = %+v, want %+v", got.Questions, want)
+	}
+	if s.Questions[0].MaxWords != 0 || s.Questions[0].Format != "" {
+		t.Errorf("Complete changed its receiver: %+v", s.Questions[0])
+	}
+	if Bits(got) != Bits(s) {
+		t.Errorf("bits %v, want %v", Bits(got), Bits(s))
+	}
+	if c := (Spec{Category: Cat1, Fields: []Field{{Name: "x", Type: Boolean}}}).Complete(); c.Questions != nil {
+		t.Errorf("Cat-1 spec grew questions: %+v", c)
 	}
 }

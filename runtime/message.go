@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"encoding/json"
+	"slices"
 
 	"github.com/bcpgw/bcpgw/bcp"
 )
@@ -101,10 +102,13 @@ type QuerySent struct {
 }
 
 // QueryError tells a Controller its query was refused or timed out.
-// Reason starts with an error code.
+// Reason starts with an error code. RequestID echoes the Controller's
+// request; QueryID is set once the gateway had assigned one (a timeout,
+// a rejected or undeliverable answer), so either can match it (new).
 type QueryError struct {
 	Type      string `json:"type"`
 	RequestID string `json:"request_id"`
+	QueryID   string `json:"query_id,omitempty"` // new
 	ToAgent   string `json:"to_agent"`
 	Reason    string `json:"reason"`
 }
@@ -154,7 +158,11 @@ type Ready struct {
 	Type string `json:"type"`
 }
 
-// Result ends the current prompt, query or delivery.
+// Result ends the current prompt, query or delivery. Token counts may
+// come as usage{} or, as TriOnyx's runtime writes them, at the top level
+// (input_tokens, output_tokens, cache_creation_input_tokens,
+// cache_read_input_tokens); decoding reads either into Usage, usage{}
+// first. Encoding writes usage{}.
 type Result struct {
 	Type       string  `json:"type"`
 	DurationMS int64   `json:"duration_ms"`
@@ -169,6 +177,42 @@ type Result struct {
 type Usage struct {
 	InputTokens  int `json:"input_tokens"`
 	OutputTokens int `json:"output_tokens"`
+	// The prompt-cache counts of providers that report them (Anthropic),
+	// apart from InputTokens (new).
+	CacheCreationInputTokens int `json:"cache_creation_input_tokens,omitempty"`
+	CacheReadInputTokens     int `json:"cache_read_input_tokens,omitempty"`
+}
+
+// UnmarshalJSON reads usage{} or, without it, the top-level counts.
+func (r *Result) UnmarshalJSON(data []byte) error {
+	type plain Result
+	var w struct {
+		plain
+		InputTokens              *int `json:"input_tokens"`
+		OutputTokens             *int `json:"output_tokens"`
+		CacheCreationInputTokens *int `json:"cache_creation_input_tokens"`
+		CacheReadInputTokens     *int `json:"cache_read_input_tokens"`
+	}
+	if err := json.Unmarshal(data, &w); err != nil {
+		return err
+	}
+	*r = Result(w.plain)
+	if r.Usage != nil {
+		return nil
+	}
+	top := []*int{w.InputTokens, w.OutputTokens, w.CacheCreationInputTokens, w.CacheReadInputTokens}
+	if !slices.ContainsFunc(top, func(p *int) bool { return p != nil }) {
+		return nil
+	}
+	val := func(p *int) int {
+		if p == nil {
+			return 0
+		}
+		return *p
+	}
+	r.Usage = &Usage{InputTokens: val(w.InputTokens), OutputTokens: val(w.OutputTokens),
+		CacheCreationInputTokens: val(w.CacheCreationInputTokens), CacheReadInputTokens: val(w.CacheReadInputTokens)}
+	return nil
 }
 
 // Text is something the runtime's model said, for the audit log.
@@ -214,15 +258,6 @@ type QueryRequest struct {
 	To        string       `json:"to"`
 	Category  bcp.Category `json:"category"`
 	Spec      QuerySpec    `json:"spec"`
-}
-
-// QuerySpec is the shape a Controller asks for.
-type QuerySpec struct {
-	Fields    []bcp.Field    `json:"fields,omitempty"`
-	Questions []bcp.Question `json:"questions,omitempty"`
-	Directive string         `json:"directive,omitempty"`
-	MaxWords  int            `json:"max_words,omitempty"`
-	Context   string         `json:"context,omitempty"`
 }
 
 // Response is a Reader's answer to a query (QueryID set, needs
