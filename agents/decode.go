@@ -18,6 +18,46 @@ type decoder struct {
 	lines    lineIndex
 	errs     []*ParseError
 	failedAt map[string]bool // paths with an error
+	// spelled maps the path of a key in bcpgw's spelling to its path as
+	// written in TriOnyx's ("...questions[0].expected_format" to
+	// "...questions[0].format"), so errors name what the file says.
+	spelled map[string]string
+}
+
+// pair adds to fs the two spellings of one key: key, bcpgw's, and alias,
+// TriOnyx's. Either may be written, not both; fn decodes the value.
+func (d *decoder) pair(fs fields, path, key, alias string, fn func(n *yaml.Node, p string)) {
+	written := ""
+	handler := func(k string) func(n *yaml.Node, p string) {
+		return func(n *yaml.Node, p string) {
+			if written != "" {
+				d.fail(n, p, "both %s and %s are set; write one (%s is TriOnyx's spelling of %s)", written, k, alias, key)
+				return
+			}
+			written = k
+			if k == alias {
+				if d.spelled == nil {
+					d.spelled = map[string]string{}
+				}
+				d.spelled[join(path, key)] = p
+			}
+			fn(n, p)
+		}
+	}
+	fs[key], fs[alias] = handler(key), handler(alias)
+}
+
+// respell returns path, or the prefix of it, the way the file spelled it.
+func (d *decoder) respell(path string) string {
+	for canon, as := range d.spelled {
+		if path == canon {
+			return as
+		}
+		if rest, ok := strings.CutPrefix(path, canon); ok && (rest[0] == '.' || rest[0] == '[') {
+			return as + rest
+		}
+	}
+	return path
 }
 
 func (d *decoder) errorf(line int, path, format string, args ...any) {

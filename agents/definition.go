@@ -70,6 +70,9 @@ type Definition struct {
 	// Sandbox is how the runtime is contained (PROTOCOL.md section 8).
 	// Without a sandbox key: sandboxed, no extra paths, network none.
 	Sandbox Sandbox
+	// Dialect is how the agent's runtime reads what the gateway sends it
+	// (runtime_dialect); empty means DialectBCPGW.
+	Dialect Dialect
 
 	lines  lineIndex
 	broken bool // loaded with errors; its peers skip the mirror checks
@@ -109,6 +112,9 @@ func (d *Definition) fingerprint() ([]byte, error) {
 	if len(c.CronSchedules) == 0 {
 		c.CronSchedules = nil
 	}
+	if c.Dialect == DialectBCPGW {
+		c.Dialect = ""
+	}
 	// netpolicy.Destination holds a netip.Addr, which encodes as its
 	// canonical text (MarshalText), so equal lists encode equally.
 	if len(c.Sandbox.ReadOnly) == 0 {
@@ -122,6 +128,29 @@ func (d *Definition) fingerprint() ([]byte, error) {
 	}
 	return json.Marshal(&c)
 }
+
+// Dialect is how a runtime reads the messages the gateway sends it. Both
+// dialects get the same messages, with the specs in both spellings; they
+// differ only where TriOnyx's runtime reads a field another way.
+type Dialect string
+
+// The dialects.
+const (
+	// DialectBCPGW is the protocol as PROTOCOL.md has it: a Controller
+	// matches an answer by the query_id of bcp_query_sent.
+	DialectBCPGW Dialect = "bcpgw"
+	// DialectTriOnyx is TriOnyx's runtime, which ignores bcp_query_sent
+	// and takes its own request_id for the query's id: the
+	// bcp_response_delivery and bcp_query_error of a Controller in this
+	// dialect carry its request_id as query_id (the gateway's query ids
+	// stay the gateway's, and only the Controller that chose a request_id
+	// ever sees it), and a Cat-3 answer is delivered as {"response": ...},
+	// the key TriOnyx's runtime uses, instead of {"summary": ...}.
+	DialectTriOnyx Dialect = "trionyx"
+)
+
+// TriOnyx reports whether d's runtime speaks TriOnyx's dialect.
+func (d *Definition) TriOnyx() bool { return d != nil && d.Dialect == DialectTriOnyx }
 
 // holds reports whether d has a channel with role r.
 func (d *Definition) holds(r Role) bool {

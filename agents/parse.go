@@ -190,6 +190,16 @@ func parse(d *decoder, data []byte) *Definition {
 			})
 		},
 		"sandbox": func(n *yaml.Node, p string) { d.sandbox(n, p, def) },
+		"runtime_dialect": func(n *yaml.Node, p string) {
+			if s, ok := d.str(n, p); ok {
+				switch Dialect(s) {
+				case DialectBCPGW, DialectTriOnyx:
+					def.Dialect = Dialect(s)
+				default:
+					d.fail(n, p, "must be %s or %s, got %q", DialectBCPGW, DialectTriOnyx, s)
+				}
+			}
+		},
 	})
 	if def.Name == "" && !d.has("name") {
 		d.errorf(1, "name", "required")
@@ -466,7 +476,7 @@ func (d *decoder) subscription(n *yaml.Node, path string, max bcp.Category) *Sub
 		d.errorf(d.lines.line(p), p, "%d exceeds channel max_category %d", spec.Category, max)
 	}
 	for _, pr := range spec.Problems() {
-		p := join(path, pr.Path)
+		p := d.respell(join(path, pr.Path))
 		if d.failed(p) {
 			continue // the value was refused while decoding; once is enough
 		}
@@ -474,57 +484,60 @@ func (d *decoder) subscription(n *yaml.Node, path string, max bcp.Category) *Sub
 	}
 	// Cat-2 questions without their own limit inherit the subscription's,
 	// so that what a Reader is told is complete per question.
-	for i := range spec.Questions {
-		if spec.Questions[i].MaxWords == 0 {
-			spec.Questions[i].MaxWords = spec.MaxWords
-		}
-		if spec.Questions[i].Format == "" {
-			spec.Questions[i].Format = bcp.ShortText
-		}
-	}
+	*spec = spec.Complete()
 	s.Bits = bcp.Bits(*spec)
 	return s
 }
 
+// field decodes a Cat-1 field. The enum's choices may be spelled values
+// or, as TriOnyx's runtime does, options.
 func (d *decoder) field(n *yaml.Node, path string) bcp.Field {
 	var f bcp.Field
-	d.mapping(n, path, fields{
+	fs := fields{
 		"name": func(n *yaml.Node, p string) { f.Name, _ = d.str(n, p) },
 		"type": func(n *yaml.Node, p string) {
 			v, _ := d.str(n, p)
 			f.Type = bcp.FieldType(v)
 		},
-		"values": func(n *yaml.Node, p string) {
-			f.Values = []string{}
-			d.sequence(n, p, func(item *yaml.Node, ip string) {
-				if v, ok := d.str(item, ip); ok {
-					f.Values = append(f.Values, v)
-				}
-			})
-		},
 		"min": func(n *yaml.Node, p string) { f.Min = d.intPtr(n, p) },
 		"max": func(n *yaml.Node, p string) { f.Max = d.intPtr(n, p) },
+	}
+	d.pair(fs, path, "values", "options", func(n *yaml.Node, p string) {
+		f.Values = []string{}
+		d.sequence(n, p, func(item *yaml.Node, ip string) {
+			if v, ok := d.str(item, ip); ok {
+				f.Values = append(f.Values, v)
+			}
+		})
 	})
+	d.mapping(n, path, fs)
 	return f
 }
 
+// question decodes a Cat-2 question, in bcpgw's spelling {id, question,
+// expected_format} or TriOnyx's {name, format}. With id the question text
+// is required; with name it is optional: the name is the question.
 func (d *decoder) question(n *yaml.Node, path string) bcp.Question {
 	var q bcp.Question
-	d.mapping(n, path, fields{
-		"id":       func(n *yaml.Node, p string) { q.ID, _ = d.str(n, p) },
-		"question": func(n *yaml.Node, p string) { q.Question, _ = d.str(n, p) },
+	fs := fields{
+		"question": func(n *yaml.Node, p string) { q.Question, _ = d.nonEmpty(n, p) },
 		"max_words": func(n *yaml.Node, p string) {
 			if v, ok := d.atLeast(n, p, 1); ok {
 				q.MaxWords = v
 			}
 		},
-		"expected_format": func(n *yaml.Node, p string) {
-			v, _ := d.nonEmpty(n, p)
-			q.Format = bcp.Format(v)
-		},
 		"min": func(n *yaml.Node, p string) { q.Min = d.intPtr(n, p) },
 		"max": func(n *yaml.Node, p string) { q.Max = d.intPtr(n, p) },
+	}
+	d.pair(fs, path, "id", "name", func(n *yaml.Node, p string) { q.ID, _ = d.str(n, p) })
+	d.pair(fs, path, "expected_format", "format", func(n *yaml.Node, p string) {
+		v, _ := d.nonEmpty(n, p)
+		q.Format = bcp.Format(v)
 	})
+	ok := d.mapping(n, path, fs)
+	if _, byName := d.spelled[join(path, "id")]; ok && !byName && d.has(join(path, "id")) && !d.has(join(path, "question")) {
+		d.errorf(d.lines.line(path), join(path, "question"), `required with "id" (with TriOnyx's "name" instead of "id", the name is the question and the text is optional)`)
+	}
 	return q
 }
 

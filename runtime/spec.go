@@ -46,9 +46,10 @@ type QuerySpec struct {
 	spelled map[string]string
 }
 
-// MarshalJSON writes Raw if set, else the spec in the protocol's spelling.
-// A list that is present but empty is written (the spec's rules tell it
-// from an absent one).
+// MarshalJSON writes Raw if set, else the spec in the protocol's spelling
+// (but for a question without text, see below), so that it decodes back
+// to the same spec. A list that is present but empty is written (the
+// spec's rules tell it from an absent one).
 func (s QuerySpec) MarshalJSON() ([]byte, error) {
 	if s.Raw != nil {
 		return s.Raw, nil
@@ -60,9 +61,20 @@ func (s QuerySpec) MarshalJSON() ([]byte, error) {
 		Min    *int64        `json:"min,omitempty"`
 		Max    *int64        `json:"max,omitempty"`
 	}
+	// A question without text is written with TriOnyx's "name", with
+	// which the text is optional (with "id" it is required).
+	type question struct {
+		ID       string     `json:"id,omitempty"`
+		Name     string     `json:"name,omitempty"`
+		Question string     `json:"question,omitempty"`
+		MaxWords int        `json:"max_words,omitempty"`
+		Format   bcp.Format `json:"expected_format,omitempty"`
+		Min      *int64     `json:"min,omitempty"`
+		Max      *int64     `json:"max,omitempty"`
+	}
 	var out struct {
-		Fields    *[]field        `json:"fields,omitempty"`
-		Questions *[]bcp.Question `json:"questions,omitempty"`
+		Fields    *[]field    `json:"fields,omitempty"`
+		Questions *[]question `json:"questions,omitempty"`
 		Directive string          `json:"directive,omitempty"`
 		MaxWords  int             `json:"max_words,omitempty"`
 		Context   string          `json:"context,omitempty"`
@@ -78,7 +90,14 @@ func (s QuerySpec) MarshalJSON() ([]byte, error) {
 		out.Fields = &fs
 	}
 	if s.Questions != nil {
-		out.Questions = &s.Questions
+		qs := make([]question, len(s.Questions))
+		for i, q := range s.Questions {
+			qs[i] = question{ID: q.ID, Question: q.Question, MaxWords: q.MaxWords, Format: q.Format, Min: q.Min, Max: q.Max}
+			if q.Question == "" {
+				qs[i].ID, qs[i].Name = "", q.ID
+			}
+		}
+		out.Questions = &qs
 	}
 	out.Directive, out.MaxWords, out.Context = s.Directive, s.MaxWords, s.Context
 	return json.Marshal(out)
@@ -400,7 +419,7 @@ func (d *specDecoder) question(n *jnode, path string) bcp.Question {
 	var q bcp.Question
 	d.object(n, path, "a question", []keyRule{
 		{key: "id", alias: "name", fn: func(n *jnode, p string) { q.ID, _ = d.str(n, p) }},
-		{key: "question", fn: func(n *jnode, p string) { q.Question, _ = d.str(n, p) }},
+		{key: "question", fn: func(n *jnode, p string) { q.Question, _ = d.nonEmpty(n, p) }},
 		{key: "max_words", fn: func(n *jnode, p string) { q.MaxWords, _ = d.words(n, p) }},
 		{key: "expected_format", alias: "format", fn: func(n *jnode, p string) {
 			v, _ := d.nonEmpty(n, p)
