@@ -75,9 +75,9 @@ func (s QuerySpec) MarshalJSON() ([]byte, error) {
 	var out struct {
 		Fields    *[]field    `json:"fields,omitempty"`
 		Questions *[]question `json:"questions,omitempty"`
-		Directive string          `json:"directive,omitempty"`
-		MaxWords  int             `json:"max_words,omitempty"`
-		Context   string          `json:"context,omitempty"`
+		Directive string      `json:"directive,omitempty"`
+		MaxWords  int         `json:"max_words,omitempty"`
+		Context   string      `json:"context,omitempty"`
 	}
 	if s.Fields != nil {
 		fs := make([]field, len(s.Fields))

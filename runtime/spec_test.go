@@ -20,7 +20,7 @@ func TestDecodeQuerySpec(t *testing.T) {
 		errs []string  // each problem, in order, as "path: message" prefixes
 	}{
 		{name: "protocol spelling",
-			raw: `{"questions":[{"id":"who","question":"Who?","max_words":3,"expected_format":"person_name"}],"max_words":5,"context":"c"}`,
+			raw:  `{"questions":[{"id":"who","question":"Who?","max_words":3,"expected_format":"person_name"}],"max_words":5,"context":"c"}`,
 			want: QuerySpec{Questions: []bcp.Question{{ID: "who", Question: "Who?", MaxWords: 3, Format: bcp.PersonName}}, MaxWords: 5, Context: "c"}},
 		{name: "trionyx spelling",
 			raw:  `{"questions":[{"name":"who","format":"person_name","max_words":3}]}`,
