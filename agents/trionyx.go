@@ -679,10 +679,6 @@ func (t *triOnyx) channel(n *yaml.Node, path string, idx int) *Channel {
 			c.MaxCategory = c.Rates.MaxCategory()
 		}
 	}
-	if !d.has(join(path, "budget_bits")) && !d.failed(join(path, "role")) {
-		t.warn(path, "no budget_bits: unlimited with --compat trionyx (TriOnyx has no bit budgets; its rates limit the channel); "+
-			"set budget_bits to bound the bits one session may receive")
-	}
 	if subs == nil {
 		return c
 	}
@@ -856,6 +852,16 @@ func (s *Set) dropUnmirrored() {
 // directories.
 func (s *Set) finishTriOnyx(valid bool) []*ParseError {
 	for _, l := range s.Links {
+		for _, side := range []struct {
+			def *Definition
+			ch  *Channel
+		}{{l.Controller, l.ControllerSide}, {l.Reader, l.ReaderSide}} {
+			if side.ch.BudgetBits >= UnlimitedBudget {
+				s.Warnings = append(s.Warnings, side.def.warnf(index("bcp_channels", side.ch.index),
+					"no budget_bits: unlimited with --compat trionyx (TriOnyx has no bit budgets; its rates limit the channel); "+
+						"set budget_bits to bound the bits one %s session may exchange with %s", side.def.Name, side.ch.Peer))
+			}
+		}
 		for _, sub := range l.ControllerSide.Subscriptions {
 			for _, side := range []struct {
 				def *Definition

@@ -28,6 +28,7 @@ type checkOutput struct {
 
 func newCheckCmd() *cobra.Command {
 	var agentsDir, controller, reader, subscription, response string
+	var compat compatFlags
 	cmd := &cobra.Command{
 		Use:   "check --agents DIR --controller C --reader R --subscription ID --response JSON",
 		Short: "Dry-run one publish through exactly the gateway's validation",
@@ -41,14 +42,22 @@ one JSON object: accepted, code, detail, bandwidth_bits (charged), response
 standard input.
 
 Exit status: 0 accepted (route deliver or review), 1 refused, 2 usage or
-definition errors.`,
+definition errors.
+` + compatHelp + `
+With --compat trionyx a category the channel's rates deny is refused
+(category_not_allowed) before the other checks, as the gateway does; the
+rates' windows are empty in a dry run.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			raw, err := readResponse(response, cmd.InOrStdin())
 			if err != nil {
 				return &exitError{code: exitUsage, msg: err.Error()}
 			}
-			set, err := agents.LoadDir(agentsDir)
+			opts, err := compat.options("", false)
+			if err != nil {
+				return &exitError{code: exitUsage, msg: err.Error()}
+			}
+			set, err := agents.Load(agentsDir, opts)
 			if err != nil {
 				return &exitError{code: exitUsage, msg: "definitions do not load:\n" + err.Error()}
 			}
@@ -58,6 +67,9 @@ definition errors.`,
 			v := gateway.JudgePublish(set, gateway.Publish{
 				Reader: reader, Controller: controller, SubscriptionID: subscription, Response: raw,
 			}, gateway.FreshBudgets)
+			if e := gateway.RateCheck(set, controller, reader, subscription); e != nil {
+				v = gateway.Verdict{Result: bcp.Result{Route: bcp.RouteReject}, Err: e}
+			}
 			out := checkOutput{
 				Accepted:      v.Accepted(),
 				Detail:        v.Detail(),
@@ -90,6 +102,7 @@ definition errors.`,
 	f.StringVar(&reader, "reader", "", "the publishing Reader")
 	f.StringVar(&subscription, "subscription", "", "the subscription id")
 	f.StringVar(&response, "response", "", "the response JSON, @FILE, or - for stdin")
+	compat.add(f)
 	for _, name := range []string{"controller", "reader", "subscription", "response"} {
 		_ = cmd.MarkFlagRequired(name)
 	}

@@ -13,6 +13,7 @@ import (
 
 func newDoctorCmd() *cobra.Command {
 	var stateDir string
+	var compat compatFlags
 	cmd := &cobra.Command{
 		Use:   "doctor [AGENTS_DIR]",
 		Short: "Say what this machine provides for sandboxes, and what each agent will get",
@@ -59,7 +60,11 @@ Exit status: 0 when everything can run, 1 otherwise.`,
 				fmt.Fprintf(w, "note          %s\n", n)
 			}
 			if len(args) == 1 {
-				set, err := agents.Load(args[0], agents.LoadOptions{StateDir: stateDir})
+				opts, err := compat.options(stateDir, false)
+				if err != nil {
+					return &exitError{code: exitUsage, msg: err.Error()}
+				}
+				set, err := agents.Load(args[0], opts)
 				if err != nil {
 					return &exitError{code: exitFailed, msg: "definitions do not load:\n" + err.Error()}
 				}
@@ -84,5 +89,6 @@ Exit status: 0 when everything can run, 1 otherwise.`,
 		},
 	}
 	cmd.Flags().StringVar(&stateDir, "state", os.Getenv("BCPGW_STATE"), "state directory, for the default workdirs (env BCPGW_STATE)")
+	compat.add(cmd.Flags())
 	return cmd
 }

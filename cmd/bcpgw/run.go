@@ -26,6 +26,7 @@ func newRunCmd() *cobra.Command {
 	var agentsDir, stateDir, logFormat, logLevel, metricsAddr string
 	var approvalTTL, queryTimeout time.Duration
 	var watch, allowUnsandboxed bool
+	var compat compatFlags
 	cmd := &cobra.Command{
 		Use:   "run --agents DIR --state DIR",
 		Short: "Run the gateway in the foreground",
@@ -51,7 +52,11 @@ set with errors is refused as a whole and the running one stays in force
 (see bcpgw reload).
 
 --metrics-addr serves Prometheus metrics (bcpgw_*) at /metrics on that
-address; a bare port listens on 127.0.0.1 only. Off by default.`,
+address; a bare port listens on 127.0.0.1 only. Off by default.
+` + compatHelp + `
+A reload reads them the same way. bcpgw run creates the directories
+TriOnyx agents may write that do not exist yet (WORKSPACE/agents/NAME and
+each fs_write DIR/**).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {
@@ -76,7 +81,11 @@ address; a bare port listens on 127.0.0.1 only. Off by default.`,
 			hup := make(chan os.Signal, 1)
 			signal.Notify(hup, syscall.SIGHUP)
 			defer signal.Stop(hup)
-			set, err := agents.Load(agentsDir, agents.LoadOptions{StateDir: stateDir})
+			opts, err := compat.options(stateDir, true)
+			if err != nil {
+				return &exitError{code: exitUsage, msg: err.Error()}
+			}
+			set, err := agents.Load(agentsDir, opts)
 			if err != nil {
 				return &exitError{code: exitFailed, msg: "definitions do not load:\n" + err.Error()}
 			}
@@ -185,6 +194,7 @@ address; a bare port listens on 127.0.0.1 only. Off by default.`,
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address (a bare port means 127.0.0.1); off when empty")
 	f.BoolVar(&watch, "watch", true, "reload the definitions when a .md file in --agents changes")
 	f.BoolVar(&allowUnsandboxed, "allow-unsandboxed", false, "run agents whose definition says sandbox: none (refused otherwise)")
+	compat.add(f)
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	return cmd

@@ -20,6 +20,7 @@ import (
 func newValidateCmd() *cobra.Command {
 	var asJSON bool
 	var stateDir string
+	var compat compatFlags
 	cmd := &cobra.Command{
 		Use:   "validate DIR",
 		Short: "Check a directory of agent definitions and summarize it",
@@ -36,10 +37,15 @@ An agent with sandbox: none is valid but printed as a WARNING: bcpgw run
 refuses such a set unless started with --allow-unsandboxed.
 
 Errors read path/file.md:LINE: field.path: message, all of them at once.
-Exit status: 0 valid (warnings may be printed), 1 invalid.`,
+Exit status: 0 valid (warnings may be printed), 1 invalid.
+` + compatHelp,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			set, err := agents.Load(args[0], agents.LoadOptions{StateDir: stateDir})
+			opts, err := compat.options(stateDir, false)
+			if err != nil {
+				return &exitError{code: exitUsage, msg: err.Error()}
+			}
+			set, err := agents.Load(args[0], opts)
 			var le *agents.LoadError
 			if err != nil && !errors.As(err, &le) {
 				// The directory itself is unreadable: report it like any
@@ -65,6 +71,7 @@ Exit status: 0 valid (warnings may be printed), 1 invalid.`,
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object instead of text")
 	cmd.Flags().StringVar(&stateDir, "state", os.Getenv("BCPGW_STATE"), "the gateway's state directory, to check that no agent reaches into it (env BCPGW_STATE; optional)")
+	compat.add(cmd.Flags())
 	return cmd
 }
 
@@ -179,9 +186,12 @@ func printSummary(w io.Writer, set *agents.Set, stateDir string) {
 		}
 		for _, c := range d.Channels {
 			l := linkOf(set, d, c)
-			fmt.Fprintf(w, "  channel to %s: %s, max category %d (effective %d), budget %d bits (%s), %d bits (%s)\n",
+			fmt.Fprintf(w, "  channel to %s: %s, max category %d (effective %d), budget %s (%s), %s (%s)\n",
 				c.Peer, c.Role, c.MaxCategory, l.MaxCategory(),
-				l.ControllerSide.BudgetBits, l.Controller.Name, l.ReaderSide.BudgetBits, l.Reader.Name)
+				budgetText(l.ControllerSide.BudgetBits), l.Controller.Name, budgetText(l.ReaderSide.BudgetBits), l.Reader.Name)
+			if r := ratesText(l); r != "" {
+				fmt.Fprintf(w, "    rates: %s\n", r)
+			}
 			if len(c.Subscriptions) == 0 {
 				continue
 			}
@@ -254,13 +264,18 @@ type (
 		Allow          []string `json:"allow"`
 	}
 	jsonChannel struct {
-		Peer                 string             `json:"peer"`
-		Role                 agents.Role        `json:"role"`
-		MaxCategory          bcp.Category       `json:"max_category"`
-		EffectiveMaxCategory bcp.Category       `json:"effective_max_category"`
-		ControllerBudgetBits int64              `json:"controller_budget_bits"`
-		ReaderBudgetBits     int64              `json:"reader_budget_bits"`
-		Subscriptions        []jsonSubscription `json:"subscriptions"`
+		Peer                 string       `json:"peer"`
+		Role                 agents.Role  `json:"role"`
+		MaxCategory          bcp.Category `json:"max_category"`
+		EffectiveMaxCategory bcp.Category `json:"effective_max_category"`
+		ControllerBudgetBits int64        `json:"controller_budget_bits"`
+		ReaderBudgetBits     int64        `json:"reader_budget_bits"`
+		// Rates, by side, for TriOnyx channels (--compat trionyx): cat1,
+		// cat2, cat3 as "N/unit" or "denied". A budget of 2^53 bits is
+		// unlimited.
+		ControllerRates map[string]string  `json:"controller_rates,omitempty"`
+		ReaderRates     map[string]string  `json:"reader_rates,omitempty"`
+		Subscriptions   []jsonSubscription `json:"subscriptions"`
 	}
 	jsonSubscription struct {
 		ID            string         `json:"id"`
@@ -304,6 +319,7 @@ func validateReport(dir, stateDir string, set *agents.Set, le *agents.LoadError)
 			jc := jsonChannel{
 				Peer: c.Peer, Role: c.Role, MaxCategory: c.MaxCategory, EffectiveMaxCategory: l.MaxCategory(),
 				ControllerBudgetBits: l.ControllerSide.BudgetBits, ReaderBudgetBits: l.ReaderSide.BudgetBits,
+				ControllerRates: ratesReport(l.ControllerSide.Rates), ReaderRates: ratesReport(l.ReaderSide.Rates),
 				Subscriptions: []jsonSubscription{},
 			}
 			for _, s := range c.Subscriptions {
