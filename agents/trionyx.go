@@ -194,9 +194,11 @@ func (t *triOnyx) parse(d *decoder, data []byte) *Definition {
 	}
 	d.lines[""] = 1
 	def := &Definition{
-		File:         d.file,
-		IdleTimeout:  DefaultIdleTimeout,
-		Model:        TriOnyxDefaultModel,
+		File:        d.file,
+		IdleTimeout: DefaultIdleTimeout,
+		Model:       TriOnyxDefaultModel,
+		// TriOnyx's own runtime, unless runtime_dialect says otherwise.
+		Dialect:      DialectTriOnyx,
 		SystemPrompt: strings.TrimSpace(string(data[fm.bodyStart:])),
 		lines:        d.lines,
 	}
@@ -259,6 +261,16 @@ func (t *triOnyx) parse(d *decoder, data []byte) *Definition {
 		"env":       func(n *yaml.Node, p string) { t.env(n, p, def) },
 		"autostart": func(n *yaml.Node, p string) { def.Autostart, _ = d.boolean(n, p) },
 		"max_turns": func(n *yaml.Node, p string) { def.MaxTurns, _ = d.atLeast(n, p, 0) },
+		"runtime_dialect": func(n *yaml.Node, p string) {
+			if s, ok := d.str(n, p); ok {
+				switch Dialect(s) {
+				case DialectBCPGW, DialectTriOnyx:
+					def.Dialect = Dialect(s)
+				default:
+					d.fail(n, p, "must be %s or %s, got %q", DialectBCPGW, DialectTriOnyx, s)
+				}
+			}
+		},
 		// bcpgw's keys that TriOnyx's say otherwise.
 		"sandbox": func(n *yaml.Node, p string) {
 			d.fail(n, p, "not used with --compat trionyx: fs_read, fs_write and network say what the sandbox allows")
@@ -689,7 +701,7 @@ func (t *triOnyx) channel(n *yaml.Node, path string, idx int) *Channel {
 	}
 	seen := map[string]string{}
 	d.sequence(subs, sp, func(item *yaml.Node, ip string) {
-		triOnyxSpellings(item)
+		triOnyxQuestions(item)
 		s := d.subscription(item, ip, c.MaxCategory)
 		if s == nil {
 			return
@@ -757,37 +769,27 @@ func (t *triOnyx) rates(n *yaml.Node, path string) *Rates {
 	return r
 }
 
-// triOnyxSpellings rewrites, in place, the spellings TriOnyx's runtime
-// uses in a subscription into bcpgw's: a question's name, format and
-// options become id, expected_format and values (one of each pair; both
-// are left for the decoder to refuse). A question without text asks its
-// name, and one without max_words gets TriOnyx's 10: TriOnyx does not
-// let it inherit the subscription's. Line numbers stay as written.
-func triOnyxSpellings(sub *yaml.Node) {
+// triOnyxQuestions gives each Cat-2 question of a subscription that sets
+// no max_words TriOnyx's 10 (TriOnyx does not let it inherit the
+// subscription's), in place; line numbers stay as written. Both spellings
+// of a question ({id, question, expected_format} and TriOnyx's {name,
+// format}) and of enum choices (values, options) are bcpgw's own.
+func triOnyxQuestions(sub *yaml.Node) {
 	if sub.Kind != yaml.MappingNode {
 		return
 	}
-	each := func(key string, fn func(item *yaml.Node)) {
-		for i := 0; i+1 < len(sub.Content); i += 2 {
-			if sub.Content[i].Value == key && sub.Content[i+1].Kind == yaml.SequenceNode {
-				for _, item := range sub.Content[i+1].Content {
-					if item.Kind == yaml.MappingNode {
-						fn(item)
-					}
-				}
+	for i := 0; i+1 < len(sub.Content); i += 2 {
+		if sub.Content[i].Value != "questions" || sub.Content[i+1].Kind != yaml.SequenceNode {
+			continue
+		}
+		for _, q := range sub.Content[i+1].Content {
+			if q.Kind == yaml.MappingNode && lookupKey(q, "max_words") == nil {
+				q.Content = append(q.Content,
+					&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: "max_words", Line: q.Line, Column: q.Column},
+					&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.Itoa(triOnyxQuestionWords), Line: q.Line, Column: q.Column})
 			}
 		}
 	}
-	each("questions", func(q *yaml.Node) {
-		if name := renameKey(q, "name", "id"); name != nil && lookupKey(q, "question") == nil {
-			addKey(q, "question", name.Value, "!!str")
-		}
-		renameKey(q, "format", "expected_format")
-		if lookupKey(q, "max_words") == nil {
-			addKey(q, "max_words", strconv.Itoa(triOnyxQuestionWords), "!!int")
-		}
-	})
-	each("fields", func(f *yaml.Node) { renameKey(f, "options", "values") })
 }
 
 // lookupKey returns the value of key in mapping m, or nil.
@@ -798,28 +800,6 @@ func lookupKey(m *yaml.Node, key string) *yaml.Node {
 		}
 	}
 	return nil
-}
-
-// renameKey renames key from to to in m when m has from and not to, and
-// returns from's value (nil when nothing was renamed).
-func renameKey(m *yaml.Node, from, to string) *yaml.Node {
-	if lookupKey(m, to) != nil {
-		return nil
-	}
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		if m.Content[i].Value == from {
-			m.Content[i].Value = to
-			return m.Content[i+1]
-		}
-	}
-	return nil
-}
-
-// addKey adds key: value to m, on m's line.
-func addKey(m *yaml.Node, key, value, tag string) {
-	m.Content = append(m.Content,
-		&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: key, Line: m.Line, Column: m.Column},
-		&yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: value, Line: m.Line, Column: m.Column})
 }
 
 // dropUnmirrored removes, with a warning, each channel whose peer is not

@@ -117,14 +117,14 @@ func TestTriOnyxTranslation(t *testing.T) {
 	if c.BudgetBits != agents.UnlimitedBudget || l.ReaderSide.BudgetBits != agents.UnlimitedBudget || c.MaxCat2Queries != agents.UnlimitedQueries {
 		t.Errorf("budget %d/%d, cat2 queries %d: want unlimited", c.BudgetBits, l.ReaderSide.BudgetBits, c.MaxCat2Queries)
 	}
-	// TriOnyx's spellings: name/format/options, a question without text
-	// asks its name, one without max_words gets 10.
+	// TriOnyx's spellings: name/format/options (the name is the question),
+	// a question without max_words gets TriOnyx's 10.
 	findings := set.Subscription("main", "researcher", "findings")
 	if findings == nil {
 		t.Fatal("no findings subscription")
 	}
 	qs := findings.Spec.Questions
-	if len(qs) != 3 || qs[0].ID != "topic" || qs[0].Question != "topic" || qs[0].Format != bcp.ShortText || qs[0].MaxWords != 8 ||
+	if len(qs) != 3 || qs[0].ID != "topic" || qs[0].Format != bcp.ShortText || qs[0].MaxWords != 8 ||
 		qs[1].ID != "author" || qs[1].Format != bcp.PersonName || qs[1].MaxWords != 10 ||
 		qs[2].ID != "published" || qs[2].Question != "When was it published?" || qs[2].Format != bcp.Date {
 		t.Errorf("questions: %+v", qs)
@@ -159,6 +159,10 @@ func TestTriOnyxTranslation(t *testing.T) {
 	}
 	if strings.Contains(warnings, "bcp_channels[1]: no budget_bits") {
 		t.Errorf("a budget warning for the ignored channel:\n%s", warnings)
+	}
+	// TriOnyx's runtime reads the messages TriOnyx's way.
+	if main.Dialect != agents.DialectTriOnyx || webhook.Dialect != agents.DialectTriOnyx {
+		t.Errorf("dialects %q, %q: want trionyx by default", main.Dialect, webhook.Dialect)
 	}
 	if set.Options().Compat != agents.CompatTriOnyx {
 		t.Error("the set forgot how it was loaded (a reload must read the same format)")
@@ -281,6 +285,7 @@ name: writer
 tools: Write
 fs_write: ["/out/**", "/out/deeper/**", "/notes.md"]
 env: {ANTHROPIC_BASE_URL: "${LLM_URL}"}
+runtime_dialect: bcpgw
 ---
 `,
 	})
@@ -294,6 +299,9 @@ env: {ANTHROPIC_BASE_URL: "${LLM_URL}"}
 		}
 	}
 	d := set.Agent("writer")
+	if d.Dialect != agents.DialectBCPGW {
+		t.Errorf("runtime_dialect: bcpgw read as %q", d.Dialect)
+	}
 	if len(d.Sandbox.Network.Allow) != 1 || d.Sandbox.Network.Allow[0].String() != "127.0.0.1:8089" {
 		t.Errorf("network %+v, want the model API at ANTHROPIC_BASE_URL only", d.Sandbox.Network)
 	}

@@ -407,6 +407,7 @@ func TestTriOnyxRateLimits(t *testing.T) {
 		"main.md": fmt.Sprintf(`---
 name: main
 tools: BCPQuery
+runtime_dialect: bcpgw
 env:
   TESTRT_LOG: %q
   TESTRT_QUERIES: %s
@@ -428,6 +429,7 @@ bcp_channels:
 name: researcher
 tools: BCPPublish, BCPRespond
 autostart: true
+runtime_dialect: bcpgw
 env:
   TESTRT_LOG: %q
   TESTRT_PUBLISH: %s
