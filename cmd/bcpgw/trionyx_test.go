@@ -483,19 +483,47 @@ bcp_channels:
 	// The pushes used main's Cat-2 window: a Cat-2 query is refused too;
 	// Cat-1 is denied by main's rates.
 	g.ok("prompt", "main", "query")
-	var errs map[string]string
-	opWait(t, "main's two queries refused", func() (bool, string) {
-		errs = map[string]string{}
-		for _, r := range readLog(at("agents/main/testrt.log")) {
-			if r.Event == "query_error" || r.Event == "query_sent" {
-				errs[r.RequestID] = r.Event + " " + r.Detail
+	outcomes := func(n int) map[string][]string {
+		var out map[string][]string
+		opWait(t, fmt.Sprintf("%d query outcomes in main's log", n), func() (bool, string) {
+			out = map[string][]string{}
+			count := 0
+			for _, r := range readLog(at("agents/main/testrt.log")) {
+				if r.Event == "query_error" || r.Event == "query_sent" {
+					out[r.RequestID] = append(out[r.RequestID], r.Event+" "+r.Detail)
+					count++
+				}
 			}
-		}
-		return len(errs) == 2, fmt.Sprint(errs)
+			return count == n, fmt.Sprint(out)
+		})
+		return out
+	}
+	got := outcomes(2)
+	if !strings.Contains(got["r-cat2"][0], "query_error query refused: rate_limited: Cat-2 rate limit reached") ||
+		!strings.Contains(got["r-cat1"][0], "query_error query refused: category_not_allowed: Cat-1 is denied on the channel between 'main' and 'researcher': rates.cat1 is 0 in main's definition") {
+		t.Errorf("query outcomes: %q", got)
+	}
+
+	// A reload reads the definitions as TriOnyx's too; the new rates
+	// apply at once, to the messages already counted.
+	b, err := os.ReadFile(filepath.Join(defs, "main.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(defs, "main.md"), []byte(strings.Replace(string(b), "cat2: 2/hour", "cat2: 3/hour", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := g.bcpgw("reload"); r.code != 0 {
+		t.Fatalf("reload of TriOnyx definitions\n%s\n%s", r, g.stderr.String())
+	}
+	opWait(t, "main's new rates in force", func() (bool, string) {
+		r := g.bcpgw("events", "--type", "reload_ok", "--json")
+		return strings.Contains(r.stdout, "main"), r.String()
 	})
-	if !strings.Contains(errs["r-cat2"], "query_error query refused: rate_limited: Cat-2 rate limit reached") ||
-		!strings.Contains(errs["r-cat1"], "query_error query refused: category_not_allowed: Cat-1 is denied on the channel between 'main' and 'researcher': rates.cat1 is 0 in main's definition") {
-		t.Errorf("query outcomes: %q", errs)
+	g.ok("prompt", "main", "query")
+	got = outcomes(4)
+	if len(got["r-cat2"]) != 2 || !strings.HasPrefix(got["r-cat2"][1], "query_sent") || !strings.Contains(got["r-cat1"][1], "category_not_allowed") {
+		t.Errorf("after raising cat2 to 3/hour: %q", got)
 	}
 
 	// Audited with their codes; nothing refused was charged.
@@ -503,14 +531,14 @@ bcp_channels:
 	for _, e := range g.events("--type", "refused") {
 		codes[e.Agent+" "+e.Code]++
 	}
-	if codes["researcher rate_limited"] != 1 || codes["main rate_limited"] != 1 || codes["main category_not_allowed"] != 1 {
+	if codes["researcher rate_limited"] != 1 || codes["main rate_limited"] != 1 || codes["main category_not_allowed"] != 2 {
 		t.Errorf("refused events by agent and code: %v", codes)
 	}
 	if n := len(g.events("--type", "publish_accepted")); n != 2 {
 		t.Errorf("%d publish_accepted events, want 2", n)
 	}
-	if n := len(g.events("--type", "query_sent")); n != 0 {
-		t.Errorf("%d query_sent events, want 0", n)
+	if n := len(g.events("--type", "query_sent")); n != 1 {
+		t.Errorf("%d query_sent events, want 1 (after the reload)", n)
 	}
 }
 
