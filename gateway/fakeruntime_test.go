@@ -154,6 +154,28 @@ func fakeRuntime(mode string) int {
 			}
 		}
 		return 0
+	case "trionyx":
+		// TriOnyx's runtime: on each prompt, a request bcpgw does not
+		// implement, the reply it waits for, and a result with the token
+		// counts at the top level.
+		readStart()
+		line(`{"type":"ready"}`)
+		for in.Scan() {
+			fmt.Fprintf(os.Stderr, "[INFO] got %s\n", in.Text())
+			if !strings.Contains(in.Text(), `"type":"prompt"`) {
+				continue
+			}
+			line(`{"type":"send_message_request","request_id":"m-1","to":"main","message_type":"note","payload":{"text":"hi"}}`)
+			for in.Scan() {
+				fmt.Fprintf(os.Stderr, "[INFO] got %s\n", in.Text())
+				if strings.Contains(in.Text(), `"send_message_response"`) {
+					break
+				}
+			}
+			line(`{"type":"restart_agent_request","request_id":"bad id!","agent_name":"main","force":true}`)
+			line(`{"type":"result","duration_ms":1500,"num_turns":3,"cost_usd":0.0125,"is_error":false,"input_tokens":120,"output_tokens":30,"cache_creation_input_tokens":7,"cache_read_input_tokens":900}`)
+		}
+		return 0
 	case "flood":
 		readStart()
 		line(`{"type":"ready"}`)

@@ -167,12 +167,12 @@ func (g *Gateway) deliver(ctx context.Context, c *courier, d *store.Delivery) er
 	if err := g.checkRevoked(d); err != nil {
 		return err
 	}
-	msg := runtime.ResponseDelivery{
+	msg := forController(sess, runtime.ResponseDelivery{
 		Type: runtime.TypeResponseDelivery, QueryID: d.QueryID, SubscriptionID: d.SubscriptionID,
 		Category: d.Category, FromAgent: d.Reader, Response: d.Response, BandwidthBits: d.Bits,
 		DeliveryID: d.ID, RequestID: d.RequestID, Anomalies: d.Anomalies, Redelivered: d.Attempts > 0,
 		Prompt: deliveryPrompt(*d),
-	}
+	})
 	done, err := sess.Turn(ctx, msg)
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -25,10 +26,16 @@ type pendingQuery struct {
 	done       chan struct{} // closed by finishQuery
 }
 
+// maxSpecProblems bounds how many problems of a query spec one refusal
+// lists.
+const maxSpecProblems = 8
+
 // query handles a Controller's bcp_query_request (PROTOCOL.md section 5,
 // Pull): every check, in order, then bcp_query_sent to the Controller and
 // bcp_query to the Reader, whose answer is delivered later as a prompt.
-func (g *Gateway) query(s *Session, env runtime.Envelope, q runtime.QueryRequest) {
+// specErr, if set, is why the strict decoding refused the spec: it is
+// refused like any invalid spec (validation_failed, naming each key).
+func (g *Gateway) query(s *Session, env runtime.Envelope, q runtime.QueryRequest, specErr *runtime.SpecError) {
 	controller := s.Name()
 	refuse := func(e *bcp.Error) {
 		g.refused(controller, q.To, e, env.Raw, q.RequestID)
@@ -37,7 +44,6 @@ func (g *Gateway) query(s *Session, env runtime.Envelope, q runtime.QueryRequest
 	}
 	set := g.set.Load()
 	link := set.Link(controller, q.To)
-	spec := bcp.Spec{Category: q.Category, Fields: q.Spec.Fields, Questions: q.Spec.Questions, Directive: q.Spec.Directive, MaxWords: q.Spec.MaxWords}
 	switch {
 	case q.RequestID == "":
 		refuse(bcp.Errorf(bcp.ProtocolError, "bcp_query_request needs a request_id"))
@@ -49,12 +55,15 @@ func (g *Gateway) query(s *Session, env runtime.Envelope, q runtime.QueryRequest
 		refuse(bcp.Errorf(bcp.CategoryNotAllowed, "Category %d is not allowed on the channel to '%s' (max_category %d)", q.Category, q.To, link.MaxCategory()))
 		return
 	}
-	if problems := spec.Problems(); len(problems) > 0 {
-		msgs := make([]string, 0, len(problems))
-		for _, p := range problems {
-			msgs = append(msgs, p.String())
-		}
-		refuse(bcp.Errorf(bcp.ValidationFailed, "Query spec is not valid: %s", strings.Join(msgs, "; ")))
+	var spec bcp.Spec
+	var problems []bcp.Problem
+	if specErr != nil {
+		problems = specErr.Problems
+	} else {
+		spec, problems = q.Spec.Spec(q.Category)
+	}
+	if len(problems) > 0 {
+		refuse(bcp.Errorf(bcp.ValidationFailed, "Query spec is not valid: %s", problemList(problems)))
 		return
 	}
 	bits := bcp.Bits(spec)
@@ -68,6 +77,12 @@ func (g *Gateway) query(s *Session, env runtime.Envelope, q runtime.QueryRequest
 		return
 	}
 	g.mu.Lock()
+	if other := g.pendingRequest(controller, q.RequestID); other != nil {
+		g.mu.Unlock()
+		slot.release()
+		refuse(bcp.Errorf(bcp.ProtocolError, "request_id '%s' is already used by your pending query to '%s'; use a new request_id for each query", q.RequestID, other.reader))
+		return
+	}
 	if e := g.budgets.admitQuery(link, s, q.Category, bits); e != nil {
 		g.mu.Unlock()
 		slot.release()
@@ -80,8 +95,70 @@ func (g *Gateway) query(s *Session, env runtime.Envelope, q runtime.QueryRequest
 	g.metrics.charged(controller, q.To, q.Category, bits)
 	g.event(store.Event{Kind: "query_sent", Agent: controller, Peer: q.To, Ref: pq.id, Category: int(q.Category), Bits: bits,
 		Detail: fmt.Sprintf("Query %s (request %s) from %s to %s (Cat-%d, %s)", pq.id, q.RequestID, controller, q.To, q.Category, bcp.FormatBits(bits))})
-	s.Reply(runtime.QuerySent{Type: runtime.TypeQuerySent, RequestID: q.RequestID, QueryID: pq.id, ToAgent: q.To, BandwidthBits: bits})
+	s.Reply(runtime.QuerySent{Type: runtime.TypeQuerySent, RequestID: q.RequestID, QueryID: queryIDFor(s, pq.id, q.RequestID), ToAgent: q.To, BandwidthBits: bits})
 	g.spawn(func() { g.runQuery(g.ctx, pq) })
+}
+
+// problemList renders a spec's problems for a refusal, at most
+// maxSpecProblems of them.
+func problemList(problems []bcp.Problem) string {
+	more := ""
+	if len(problems) > maxSpecProblems {
+		more = fmt.Sprintf("; and %d more", len(problems)-maxSpecProblems)
+		problems = problems[:maxSpecProblems]
+	}
+	msgs := make([]string, len(problems))
+	for i, p := range problems {
+		msgs[i] = p.String()
+	}
+	return strings.Join(msgs, "; ") + more
+}
+
+// pendingRequest returns controller's pending query with requestID, or
+// nil. Request ids are the Controller's own: they are unique among its
+// pending queries (so an answer or an error matches one query), and two
+// Controllers may use the same one. g.mu must be held.
+func (g *Gateway) pendingRequest(controller, requestID string) *pendingQuery {
+	for _, q := range g.queries {
+		if q.controller == controller && q.requestID == requestID {
+			return q
+		}
+	}
+	return nil
+}
+
+// queryIDFor returns the query_id the messages to the Controller session
+// s about a query carry: the gateway's id, or, for a runtime in TriOnyx's
+// dialect, its own request_id, which is what it matches answers and
+// errors with (it ignores bcp_query_sent). Either way only that
+// Controller sees its request_id; Readers see the gateway's id.
+func queryIDFor(s *Session, queryID, requestID string) string {
+	if s != nil && s.cfg.Def.TriOnyx() && queryID != "" && requestID != "" {
+		return requestID
+	}
+	return queryID
+}
+
+// forController adapts a delivery to the dialect of the Controller session
+// that receives it: in TriOnyx's, the answer to a query carries the
+// Controller's request_id as query_id, and a Cat-3 summary is under
+// "response", where TriOnyx's runtime and its gateway put it.
+func forController(s *Session, msg runtime.ResponseDelivery) runtime.ResponseDelivery {
+	if s == nil || !s.cfg.Def.TriOnyx() {
+		return msg
+	}
+	msg.QueryID = queryIDFor(s, msg.QueryID, msg.RequestID)
+	if msg.Category == bcp.Cat3 {
+		var r struct {
+			Summary *string `json:"summary"`
+		}
+		if json.Unmarshal(msg.Response, &r) == nil && r.Summary != nil {
+			if b, err := json.Marshal(bcp.Response{{Key: "response", Value: *r.Summary}}); err == nil {
+				msg.Response = b
+			}
+		}
+	}
+	return msg
 }
 
 // runQuery owns one query's life: it brings the query to the Reader
@@ -172,7 +249,8 @@ func (g *Gateway) timeoutQuery(q *pendingQuery) {
 // tellController sends a bcp_query_error about q to the Controller session
 // that asked, if it is still running; a later session did not ask.
 func (g *Gateway) tellController(q *pendingQuery, e *bcp.Error) {
-	err := q.csess.Send(g.ctx, runtime.QueryError{Type: runtime.TypeQueryError, RequestID: q.requestID, ToAgent: q.reader, Reason: e.Error()})
+	err := q.csess.Send(g.ctx, runtime.QueryError{Type: runtime.TypeQueryError, RequestID: q.requestID, QueryID: queryIDFor(q.csess, q.id, q.requestID),
+		ToAgent: q.reader, Reason: e.Error()})
 	if err != nil {
 		g.log.Info("controller session that asked has ended; query error not sent", "query", q.id, "reason", e.Error())
 	}

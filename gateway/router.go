@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -35,8 +36,12 @@ func (g *Gateway) onMessage(s *Session, env runtime.Envelope) {
 			g.answer(s, env, r)
 		}
 	case runtime.TypeQueryRequest:
-		var q runtime.QueryRequest
-		if err := env.Decode(&q); err != nil {
+		// The spec is decoded strictly: a refused spec still names the
+		// request, and is answered with bcp_query_error once the channel
+		// and category checks have passed.
+		q, err := runtime.DecodeQueryRequest(env.Raw)
+		var specErr *runtime.SpecError
+		if err != nil && !errors.As(err, &specErr) {
 			s.refuse(bcp.ProtocolError, err.Error(), env.Raw)
 			return
 		}
@@ -46,7 +51,7 @@ func (g *Gateway) onMessage(s *Session, env runtime.Envelope) {
 			s.Reply(runtime.QueryError{Type: runtime.TypeQueryError, RequestID: q.RequestID, ToAgent: q.To, Reason: e.Error()})
 			return
 		}
-		g.query(s, env, q)
+		g.query(s, env, q, specErr)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"strings"
 	"syscall"
 	"time"
 
@@ -272,10 +273,7 @@ func (s *Session) handleLine(l *loop, ev lineEvent) {
 			s.refuse(bcp.ProtocolError, "result without a prompt or delivery in progress", env.Raw)
 			return
 		}
-		// A delivery's end is recorded by the router (delivery_acked).
-		if _, ok := l.inFlight.msg.(runtime.ResponseDelivery); !ok {
-			s.audit("turn_done", "", "", env.Raw)
-		}
+		s.audit("turn_done", "", turnDetail(l.inFlight.msg, env), env.Raw)
 		l.inFlight.done <- nil
 		l.inFlight = nil
 		s.dispatch(l)
@@ -284,7 +282,11 @@ func (s *Session) handleLine(l *loop, ev lineEvent) {
 	case runtime.TypeLog, runtime.TypeError, runtime.TypeText, runtime.TypeToolUse, runtime.TypeToolResult, runtime.TypeInterrupted:
 		s.auditOnly(env)
 	case runtime.TypeQueryRequest:
-		var q runtime.QueryRequest
+		// Only what the refusal names; the router decodes the spec.
+		var q struct {
+			RequestID string `json:"request_id"`
+			To        string `json:"to"`
+		}
 		if err := env.Decode(&q); err != nil {
 			s.refuse(bcp.ProtocolError, err.Error(), env.Raw)
 			return
@@ -320,8 +322,59 @@ func (s *Session) handleLine(l *loop, ev lineEvent) {
 		}
 		s.route(env)
 	default:
+		if why, ok := runtime.Unsupported(env.Type); ok {
+			s.unsupported(env, why)
+			return
+		}
 		s.refuse(bcp.ProtocolError, fmt.Sprintf("unknown message type %q", env.Type), env.Raw)
 	}
+}
+
+// unsupported answers a TriOnyx request bcpgw does not implement: an
+// error saying so, audited as a refusal, and the "<name>_response" that
+// TriOnyx's runtime waits for, so that its tool call fails at once
+// instead of timing out.
+func (s *Session) unsupported(env runtime.Envelope, why string) {
+	detail := fmt.Sprintf("%s is not supported by bcpgw: %s", env.Type, why)
+	s.refuse(bcp.ProtocolError, detail, env.Raw)
+	var req struct {
+		RequestID string `json:"request_id"`
+	}
+	if env.Decode(&req) != nil || req.RequestID == "" || badID(req.RequestID) >= 0 {
+		return // nothing it could match an answer with
+	}
+	_ = s.send(runtime.UnsupportedReply{Type: runtime.ReplyType(env.Type), RequestID: req.RequestID, Detail: string(bcp.ProtocolError) + ": " + detail})
+}
+
+// turnDetail says what a turn was and what its result reported: turns,
+// time, cost and tokens, read from usage{} or from the top-level counts
+// TriOnyx's runtime writes.
+func turnDetail(msg any, env runtime.Envelope) string {
+	what := "turn"
+	switch m := msg.(type) {
+	case runtime.Prompt:
+		what = "prompt"
+	case runtime.Query:
+		what = "query " + m.QueryID
+	case runtime.ResponseDelivery:
+		what = "delivery " + m.DeliveryID
+	}
+	var r runtime.Result
+	if err := env.Decode(&r); err != nil {
+		return what + " done; its result could not be read: " + err.Error()
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s done: %d model turns, %d ms, $%.4f", what, r.NumTurns, r.DurationMS, r.CostUSD)
+	if u := r.Usage; u != nil {
+		fmt.Fprintf(&b, ", tokens %d in, %d out", u.InputTokens, u.OutputTokens)
+		if u.CacheCreationInputTokens != 0 || u.CacheReadInputTokens != 0 {
+			fmt.Fprintf(&b, " (cache: %d written, %d read)", u.CacheCreationInputTokens, u.CacheReadInputTokens)
+		}
+	}
+	if r.IsError {
+		b.WriteString(", is_error")
+	}
+	return b.String()
 }
 
 func (s *Session) route(env runtime.Envelope) {

@@ -18,7 +18,8 @@
 //	                 TESTRT_ANSWERS in turn, whatever the verdicts
 //	TESTRT_SILENT    "1": queries are received but never answered
 //	TESTRT_QUERIES   a JSON array of bcp_query_request bodies {request_id,
-//	                 to, category, spec}: sent, in order, on every prompt
+//	                 to, category, spec}, each spec sent exactly as written:
+//	                 sent, in order, on every prompt
 //	                 "query"; each is logged as query_sent or query_error
 //	                 with its index in the array and its request_id
 //	TESTRT_DELAY     a Go duration: how long each delivery takes to apply
@@ -42,6 +43,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/bcpgw/bcpgw/bcp"
 	"github.com/bcpgw/bcpgw/runtime"
 )
 
@@ -141,14 +143,25 @@ func main() {
 	log := &logger{f: f}
 	var publishes []publish
 	var answers []json.RawMessage
-	var queries []runtime.QueryRequest
-	for name, v := range map[string]any{"TESTRT_PUBLISH": &publishes, "TESTRT_ANSWERS": &answers, "TESTRT_QUERIES": &queries} {
+	// Each query's spec is sent exactly as written, so a test can send one
+	// the gateway must refuse (a misspelled key).
+	var rawQueries []struct {
+		RequestID string          `json:"request_id"`
+		To        string          `json:"to"`
+		Category  int             `json:"category"`
+		Spec      json.RawMessage `json:"spec"`
+	}
+	for name, v := range map[string]any{"TESTRT_PUBLISH": &publishes, "TESTRT_ANSWERS": &answers, "TESTRT_QUERIES": &rawQueries} {
 		if s := os.Getenv(name); s != "" {
 			if err := json.Unmarshal([]byte(s), v); err != nil {
 				fmt.Fprintf(os.Stderr, "testrt: %s: %v\n", name, err)
 				os.Exit(2)
 			}
 		}
+	}
+	queries := make([]runtime.QueryRequest, len(rawQueries))
+	for i, q := range rawQueries {
+		queries[i] = runtime.QueryRequest{RequestID: q.RequestID, To: q.To, Category: bcp.Category(q.Category), Spec: runtime.QuerySpec{Raw: q.Spec}}
 	}
 	crashAt, _ := strconv.Atoi(os.Getenv("TESTRT_CRASH_AT"))
 	silent := os.Getenv("TESTRT_SILENT") == "1"
@@ -220,7 +233,7 @@ func main() {
 			return nil
 		},
 		QueryFailed: func(_ *runtime.Client, e runtime.QueryError) {
-			log.write(record{Event: "query_failed", RequestID: e.RequestID, Detail: e.Reason})
+			log.write(record{Event: "query_failed", RequestID: e.RequestID, QueryID: e.QueryID, Detail: e.Reason})
 		},
 		Delivery: func(_ context.Context, _ *runtime.Client, d runtime.ResponseDelivery) error {
 			deliveries++
