@@ -9,6 +9,7 @@ FUZZ_TARGETS := \
 	FuzzValidate:./bcp \
 	FuzzAnomalyPrefilter:./bcp \
 	FuzzParse:./agents \
+	FuzzParseTriOnyx:./agents \
 	FuzzDecodeQuerySpec:./runtime
 
 .PHONY: all build test fmt-check vet run run-llm fuzz bench clean
