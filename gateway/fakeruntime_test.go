@@ -176,6 +176,8 @@ func fakeRuntime(mode string) int {
 			line(`{"type":"result","duration_ms":1500,"num_turns":3,"cost_usd":0.0125,"is_error":false,"input_tokens":120,"output_tokens":30,"cache_creation_input_tokens":7,"cache_read_input_tokens":900}`)
 		}
 		return 0
+	case "trionyx-controller":
+		return triOnyxController(in, line)
 	case "flood":
 		readStart()
 		line(`{"type":"ready"}`)

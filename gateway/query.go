@@ -40,7 +40,7 @@ func (g *Gateway) query(s *Session, env runtime.Envelope, q runtime.QueryRequest
 	refuse := func(e *bcp.Error) {
 		g.refused(controller, q.To, e, env.Raw, q.RequestID)
 		g.metrics.query("refused", e)
-		s.Reply(runtime.QueryError{Type: runtime.TypeQueryError, RequestID: q.RequestID, ToAgent: q.To, Reason: e.Error()})
+		g.replyQueryError(s, runtime.QueryError{Type: runtime.TypeQueryError, RequestID: q.RequestID, ToAgent: q.To, Reason: e.Error()})
 	}
 	set := g.set.Load()
 	link := set.Link(controller, q.To)
@@ -247,11 +247,40 @@ func (g *Gateway) timeoutQuery(q *pendingQuery) {
 }
 
 // tellController sends a bcp_query_error about q to the Controller session
-// that asked, if it is still running; a later session did not ask.
+// that asked, if it is still running; a later session did not ask. It
+// never waits on the session.
 func (g *Gateway) tellController(q *pendingQuery, e *bcp.Error) {
-	err := q.csess.Send(g.ctx, runtime.QueryError{Type: runtime.TypeQueryError, RequestID: q.requestID, QueryID: queryIDFor(q.csess, q.id, q.requestID),
-		ToAgent: q.reader, Reason: e.Error()})
-	if err != nil {
+	msg := runtime.QueryError{Type: runtime.TypeQueryError, RequestID: q.requestID, QueryID: queryIDFor(q.csess, q.id, q.requestID),
+		ToAgent: q.reader, Reason: e.Error()}
+	if q.csess.cfg.Def.TriOnyx() {
+		g.spawn(func() { g.queryErrorTurn(q.csess, msg) })
+		return
+	}
+	if err := q.csess.Send(g.ctx, msg); err != nil {
 		g.log.Info("controller session that asked has ended; query error not sent", "query", q.id, "reason", e.Error())
+	}
+}
+
+// replyQueryError answers a bcp_query_request that was refused; it runs on
+// the Controller session's goroutine (OnMessage).
+//
+// TriOnyx's runtime takes a bcp_query_error for a prompt: it shows it to
+// its model and answers result. A session in its dialect therefore gets
+// each bcp_query_error as a turn of its own, after the turn in flight, so
+// that its result ends that turn and no other. Other runtimes get it at
+// once, in the order of the answers to their lines.
+func (g *Gateway) replyQueryError(s *Session, msg runtime.QueryError) {
+	if s.cfg.Def.TriOnyx() {
+		g.spawn(func() { g.queryErrorTurn(s, msg) })
+		return
+	}
+	s.Reply(msg)
+}
+
+// queryErrorTurn brings a bcp_query_error to s as a turn (TriOnyx's
+// dialect) and waits until it is queued.
+func (g *Gateway) queryErrorTurn(s *Session, msg runtime.QueryError) {
+	if _, err := s.Turn(g.ctx, msg); err != nil {
+		g.log.Info("controller session has ended; query error not sent", "controller", s.Name(), "request", msg.RequestID, "reason", msg.Reason)
 	}
 }

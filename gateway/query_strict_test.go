@@ -1,11 +1,15 @@
 package gateway
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/bcp"
 	"github.com/bcpgw/bcpgw/gateway/store"
 )
@@ -178,29 +182,74 @@ func TestQueryRequestIDReuseRefused(t *testing.T) {
 	e.waitEventMatching("refused", string(bcp.ProtocolError), func(ev store.Event) bool { return ev.Agent == "other" && ev.Ref == "r-1" })
 }
 
-// triOnyxMain is main in TriOnyx's dialect, with a Cat-3 allowance.
-func triOnyxMain() string {
-	return "runtime_dialect: trionyx\n" + fmt.Sprintf(mainChannel, 100000, "review")
+// triOnyxE2E runs main, a Controller in TriOnyx's dialect whose runtime
+// plays TriOnyx's (the test binary as triOnyxController) sending queries,
+// and researcher, a testrt Reader with readerEnv. tune adjusts the config.
+func triOnyxE2E(t *testing.T, queries []string, readerEnv map[string]string, tune func(*Config)) *e2e {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	def := fmt.Sprintf("---\nname: main\nruntime: [%q, -test.run=^$]\nruntime_dialect: trionyx\nenv:\n  %s: trionyx-controller\n  TRIONYX_LOG: ${main_TLOG}\n  TRIONYX_QUERIES: ${main_TQ}\n%s\n---\nYou are main.\n",
+		exe, fakeRuntimeEnv, fmt.Sprintf(mainChannel, 100000, "review"))
+	if err := os.WriteFile(filepath.Join(dir, "main.md"), []byte(def), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	set, vars := writeAgents(t, dir, []agentSpec{{name: "researcher", front: fmt.Sprintf(researcherChannel, 100000), env: readerEnv}})
+	vars["main_TLOG"] = triOnyxLog(dir)
+	vars["main_TQ"] = "[" + strings.Join(queries, ",") + "]"
+	return runE2E(t, dir, set, vars, tune)
+}
+
+func triOnyxLog(dir string) string {
+	return filepath.Join(agents.DefaultWorkdir(dir, "main"), "trionyx.log")
+}
+
+// triOnyxGot waits until main's TriOnyx runtime has logged n messages of
+// type typ, and returns them.
+func (e *e2e) triOnyxGot(typ string, n int) []map[string]any {
+	e.t.Helper()
+	var got []map[string]any
+	if !checkFor(e.t, testWait, pollStep, func() bool {
+		got = nil
+		b, _ := os.ReadFile(triOnyxLog(e.dir))
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(l), &m) == nil && m["type"] == typ {
+				got = append(got, m)
+			}
+		}
+		return len(got) >= n
+	}) {
+		b, _ := os.ReadFile(triOnyxLog(e.dir))
+		e.t.Fatalf("main's TriOnyx runtime got %d %s, want %d; its log:\n%s", len(got), typ, n, b)
+	}
+	return got
 }
 
 // TestQueryTriOnyxDialect: a Controller whose runtime is TriOnyx's matches
 // by its own request_id: it is the query_id of what it is told about the
-// query (bcp_query_sent, bcp_response_delivery, bcp_query_error), the
-// Reader still sees the gateway's id, and a Cat-3 answer arrives under
-// "response", where TriOnyx's runtime reads it.
+// query (bcp_query_sent, bcp_response_delivery), the Reader still sees the
+// gateway's id, a Cat-3 answer arrives under "response", where TriOnyx's
+// runtime reads it, and a refusal reaches it as a turn of its own, which
+// its result ends.
 func TestQueryTriOnyxDialect(t *testing.T) {
 	cat3 := `{"request_id":"req-sum","to":"researcher","category":3,"spec":{"directive":"Summarize the feed.","max_words":20}}`
 	cat1 := `{"request_id":"req-bool","to":"researcher","category":1,"spec":{"fields":[{"name":"found","type":"boolean"}]}}`
-	e := startE2E(t, []agentSpec{
-		{name: "main", front: triOnyxMain(), env: rawQueries(cat3, cat1)},
-		// TriOnyx's Reader answers a Cat-3 query under "response".
-		{name: "researcher", front: fmt.Sprintf(researcherChannel, 100000),
-			env: map[string]string{"ANSWER_ALL": "1", "ANSWERS": `[{"response": "Two new papers on error correction."}, {"found": true}]`}},
-	}, nil)
+	typo := `{"request_id":"req-typo","to":"researcher","category":2,"spec":{"questions":[{"name":"who","fromat":"person_name","max_words":3}]}}`
+	// TriOnyx's Reader answers a Cat-3 query under "response".
+	e := triOnyxE2E(t, []string{cat3, cat1, typo},
+		map[string]string{"ANSWER_ALL": "1", "ANSWERS": `[{"response": "Two new papers on error correction."}, {"found": true}]`}, nil)
 	e.prompt("main", "query")
-	sent := e.waitRecords("main", "query_sent", 2)
-	if sent[0].QueryID != "req-sum" || sent[1].QueryID != "req-bool" {
-		t.Errorf("query_sent ids = %s, %s; want the request ids", sent[0].QueryID, sent[1].QueryID)
+	sent := e.triOnyxGot("bcp_query_sent", 2)
+	if sent[0]["query_id"] != "req-sum" || sent[1]["query_id"] != "req-bool" {
+		t.Errorf("bcp_query_sent = %v; want the request ids as query ids", sent)
+	}
+	qe := e.triOnyxGot("bcp_query_error", 1)[0]
+	if qe["request_id"] != "req-typo" || qe["query_id"] != nil || !strings.HasPrefix(qe["reason"].(string), "validation_failed: Query spec is not valid: questions[0].fromat: unknown field") {
+		t.Errorf("bcp_query_error = %v", qe)
 	}
 	item := e.pendingApprovals(1)[0]
 	if item.RequestID != "req-sum" || !strings.HasPrefix(item.QueryID, "q-") {
@@ -211,22 +260,32 @@ func TestQueryTriOnyxDialect(t *testing.T) {
 	if _, err := e.gw.Approve(testCtx(t), item.ID, item.SHA256, tester, "ok"); err != nil {
 		t.Fatal(err)
 	}
-	qs := e.waitRecords("researcher", "query", 2)
-	for _, q := range qs {
+	for _, q := range e.waitRecords("researcher", "query", 2) {
 		if !strings.HasPrefix(q.QueryID, "q-") {
 			t.Errorf("the Reader saw query id %q", q.QueryID)
 		}
 	}
-	ds := e.waitRecords("main", "delivery", 2)
-	got := map[string]rec{}
-	for _, d := range ds {
-		got[d.QueryID] = d
+	got := map[any]map[string]any{}
+	for _, d := range e.triOnyxGot("bcp_response_delivery", 2) {
+		got[d["query_id"]] = d
 	}
-	if d := got["req-sum"]; d.RequestID != "req-sum" || string(d.Response) != `{"response":"Two new papers on error correction."}` {
-		t.Errorf("Cat-3 delivery = %+v", d)
+	if d := got["req-sum"]; d == nil || d["request_id"] != "req-sum" || fmt.Sprint(d["response"]) != "map[response:Two new papers on error correction.]" {
+		t.Errorf("Cat-3 delivery = %v", d)
 	}
-	if d := got["req-bool"]; d.RequestID != "req-bool" || string(d.Response) != `{"found":true}` {
-		t.Errorf("Cat-1 delivery = %+v", d)
+	if d := got["req-bool"]; d == nil || d["request_id"] != "req-bool" || fmt.Sprint(d["response"]) != "map[found:true]" {
+		t.Errorf("Cat-1 delivery = %v", d)
+	}
+	// Every result ended a turn: the prompt, the query error, the two
+	// deliveries; none was refused.
+	done := e.waitEventMatching("turn_done", "", func(ev store.Event) bool {
+		return strings.HasPrefix(ev.Detail, "query error for request req-typo done")
+	})
+	if !strings.Contains(done.Detail, "tokens 50 in, 9 out (cache: 0 written, 40 read)") {
+		t.Errorf("turn_done = %+v", done)
+	}
+	e.waitAllDelivered(2)
+	if r := e.eventsMatching("refused", string(bcp.ProtocolError), func(ev store.Event) bool { return ev.Agent == "main" }); len(r) != 0 {
+		t.Errorf("main's lines refused: %+v", r)
 	}
 	// The store keeps the gateway's ids and the normalized summary.
 	stored, err := e.store.Deliveries(testCtx(t))
@@ -241,31 +300,27 @@ func TestQueryTriOnyxDialect(t *testing.T) {
 }
 
 // TestQueryTriOnyxDialectTimeout: a TriOnyx Controller's query_timeout
-// carries its request_id both as request_id and as query_id; a Controller
-// of the protocol's dialect gets the gateway's query id.
+// carries its request_id both as request_id and as query_id.
 func TestQueryTriOnyxDialectTimeout(t *testing.T) {
-	const timeout = 300 * time.Millisecond
 	q := `{"request_id":"req-t","to":"researcher","category":1,"spec":{"fields":[{"name":"found","type":"boolean"}]}}`
-	for _, tri := range []bool{true, false} {
-		t.Run(fmt.Sprint("trionyx=", tri), func(t *testing.T) {
-			front := fmt.Sprintf(mainChannel, 100000, "review")
-			if tri {
-				front = triOnyxMain()
-			}
-			e := startE2E(t, []agentSpec{
-				{name: "main", front: front, env: rawQueries(q)},
-				{name: "researcher", front: fmt.Sprintf(researcherChannel, 100000), env: map[string]string{"SILENT": "1"}},
-			}, func(c *Config) { c.QueryTimeout = timeout })
-			e.prompt("main", "query")
-			f := e.waitRecords("main", "query_failed", 1)[0]
-			ev := e.waitEvent("query_timeout", "query_timeout")[0]
-			want := ev.Ref // the gateway's id
-			if tri {
-				want = "req-t"
-			}
-			if f.RequestID != "req-t" || f.QueryID != want || !strings.HasPrefix(f.Detail, "query_timeout: ") {
-				t.Errorf("query_failed = %+v, want query_id %s", f, want)
-			}
-		})
+	e := triOnyxE2E(t, []string{q}, map[string]string{"SILENT": "1"}, func(c *Config) { c.QueryTimeout = 300 * time.Millisecond })
+	e.prompt("main", "query")
+	f := e.triOnyxGot("bcp_query_error", 1)[0]
+	if f["request_id"] != "req-t" || f["query_id"] != "req-t" || !strings.HasPrefix(f["reason"].(string), "query_timeout: ") {
+		t.Errorf("bcp_query_error = %v", f)
+	}
+	e.waitEventMatching("turn_done", "", func(ev store.Event) bool { return strings.HasPrefix(ev.Detail, "query error for request req-t done") })
+}
+
+// TestQueryErrorCarriesQueryID: in the protocol's dialect a query_timeout
+// names the gateway's query id beside the request id.
+func TestQueryErrorCarriesQueryID(t *testing.T) {
+	e := startE2E(t, pair(100000, 100000, "review", queriesOf(cat1Query("req-t", "researcher")), map[string]string{"SILENT": "1"}),
+		func(c *Config) { c.QueryTimeout = 300 * time.Millisecond })
+	e.prompt("main", "query")
+	sent := e.waitRecords("main", "query_sent", 1)[0]
+	f := e.waitRecords("main", "query_failed", 1)[0]
+	if f.RequestID != "req-t" || f.QueryID != sent.QueryID || !strings.HasPrefix(f.QueryID, "q-") {
+		t.Errorf("query_failed = %+v, want query_id %s", f, sent.QueryID)
 	}
 }

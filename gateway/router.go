@@ -48,7 +48,7 @@ func (g *Gateway) onMessage(s *Session, env runtime.Envelope) {
 		if field := badID(q.RequestID, q.To); field >= 0 {
 			e := bcp.Errorf(bcp.ProtocolError, "%s is not a valid id: %s", []string{"request_id", "to"}[field], idRule)
 			g.refused(s.Name(), "", e, env.Raw, "")
-			s.Reply(runtime.QueryError{Type: runtime.TypeQueryError, RequestID: q.RequestID, ToAgent: q.To, Reason: e.Error()})
+			g.replyQueryError(s, runtime.QueryError{Type: runtime.TypeQueryError, RequestID: q.RequestID, ToAgent: q.To, Reason: e.Error()})
 			return
 		}
 		g.query(s, env, q, specErr)

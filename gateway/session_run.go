@@ -296,7 +296,15 @@ func (s *Session) handleLine(l *loop, ev lineEvent) {
 			// waiting call ends; and audited.
 			reason := bcp.Errorf(bcp.ToolNotAllowed, "Agent '%s' does not have the %s tool", s.name, agents.ToolQuery).Error()
 			s.audit("refused", bcp.ToolNotAllowed, reason, env.Raw)
-			s.Reply(runtime.QueryError{Type: runtime.TypeQueryError, RequestID: q.RequestID, ToAgent: q.To, Reason: reason})
+			qe := runtime.QueryError{Type: runtime.TypeQueryError, RequestID: q.RequestID, ToAgent: q.To, Reason: reason}
+			if s.cfg.Def.TriOnyx() {
+				// Its runtime answers a query error with result: a turn
+				// of its own (see Gateway.replyQueryError).
+				l.queue = append(l.queue, turn{msg: qe, done: make(chan error, 1)})
+				s.dispatch(l)
+				return
+			}
+			s.Reply(qe)
 			return
 		}
 		s.route(env)
@@ -358,6 +366,8 @@ func turnDetail(msg any, env runtime.Envelope) string {
 		what = "query " + m.QueryID
 	case runtime.ResponseDelivery:
 		what = "delivery " + m.DeliveryID
+	case runtime.QueryError:
+		what = "query error for request " + m.RequestID
 	}
 	var r runtime.Result
 	if err := env.Decode(&r); err != nil {
