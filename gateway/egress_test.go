@@ -62,7 +62,8 @@ func TestEgressAllowsListedDestinationOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := runE2E(t, t.TempDir(), set, map[string]string{"PATH": os.Getenv("PATH")}, nil)
+	state := t.TempDir()
+	e := runE2E(t, state, set, map[string]string{"PATH": os.Getenv("PATH")}, nil)
 	e.prompt("fetcher", "egress")
 	ok := e.waitEvent("egress_ok", "")
 	refused := e.waitEvent("egress_refused", "")
@@ -80,5 +81,21 @@ func TestEgressAllowsListedDestinationOnly(t *testing.T) {
 	}
 	if allowedConns() != 1 || otherConns() != 0 {
 		t.Errorf("connections: allowed %d, other %d; want 1 and 0", allowedConns(), otherConns())
+	}
+
+	// A reload that takes the list away closes the agent's proxy.
+	sock := filepath.Join(state, "egress", "fetcher.sock")
+	if _, err := os.Stat(sock); err != nil {
+		t.Fatalf("the proxy's socket: %v", err)
+	}
+	def = strings.Replace(def, fmt.Sprintf("sandbox: {network: [%q]}", allowed), "sandbox: {network: none}", 1)
+	if err := os.WriteFile(filepath.Join(dir, "fetcher.md"), []byte(def), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.gw.Reload(t.Context(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	if !checkFor(t, testWait, pollStep, func() bool { _, err := os.Stat(sock); return os.IsNotExist(err) }) {
+		t.Error("the proxy's socket is still there after its list was taken away")
 	}
 }

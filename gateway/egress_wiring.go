@@ -71,6 +71,19 @@ func (e *egressProxies) socket(def *agents.Definition) (string, error) {
 	return path, nil
 }
 
+// prune closes the proxies of agents that the definitions in force no
+// longer give a list of destinations (removed, or now none or host).
+func (e *egressProxies) prune(set *agents.Set) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for name, ap := range e.proxies {
+		if d := set.Agent(name); d == nil || d.Sandbox.None || d.Sandbox.Network.Mode != agents.NetworkProxy {
+			_ = ap.p.Close()
+			delete(e.proxies, name)
+		}
+	}
+}
+
 // egressRecord makes each egress connection an event (egress_ok,
 // egress_refused, egress_failed, ...) and a metric.
 func (g *Gateway) egressRecord(r egress.Record) {

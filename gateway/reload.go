@@ -120,6 +120,7 @@ func (g *Gateway) Reload(ctx context.Context, by string) (Reloaded, error) {
 		return Reloaded{}, fmt.Errorf("reload: %w", err)
 	}
 	g.set.Store(set)
+	g.egress.prune(set)
 	r := Reloaded{Changes: ch, Agents: len(set.Agents)}
 	r.SchedulesAdded, r.SchedulesRemoved = g.sched.update(set)
 	r.Cancelled = g.cancelOrphanQueries(set)

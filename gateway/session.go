@@ -295,7 +295,8 @@ func StartSession(ctx context.Context, cfg SessionConfig) (*Session, error) {
 		s.report, err = s.sandbox.WaitReady(rctx)
 		cancel()
 		if err != nil {
-			s.Kill()
+			// The helper's whole group: it may be stuck in its setup.
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			stdout.Close()
 			stderr.Close()
 			stdin.Close()
@@ -326,8 +327,8 @@ func StartSession(ctx context.Context, cfg SessionConfig) (*Session, error) {
 		// second (a daemon it left behind may hold them open forever).
 		drained := make(chan struct{})
 		go func() { pipes.Wait(); close(drained) }()
+		gone := make(chan struct{})
 		if pidErr == nil {
-			gone := make(chan struct{})
 			go func() { waitExit(pidfd); close(gone) }()
 			select {
 			case <-drained:
@@ -350,6 +351,9 @@ func StartSession(ctx context.Context, cfg SessionConfig) (*Session, error) {
 			cfg.Release(cmd.Process.Pid)
 		}
 		if pidErr == nil {
+			// The watcher returns once the process is reaped; only then
+			// may its descriptor number be reused.
+			<-gone
 			unix.Close(pidfd)
 		}
 		exited <- err

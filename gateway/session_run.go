@@ -202,6 +202,8 @@ func (s *Session) finish(l *loop, waitErr error) {
 			if ex.Signal != 0 {
 				exit.Signal = syscall.Signal(ex.Signal).String()
 			}
+		} else if exit.Signal == "" && exit.Reason == "" {
+			exit.Reason = fmt.Sprintf("the sandbox's init ended (code %d) without the runtime's status", exit.Code)
 		}
 		s.sandbox.Close()
 	}

@@ -89,6 +89,27 @@ var forbiddenByName = []struct {
 	{netip.MustParsePrefix("::1/128"), "loopback"},
 	{netip.MustParsePrefix("fe80::/10"), "link-local"},
 	{netip.MustParsePrefix("ff00::/8"), "multicast"},
+	// The local-use NAT64 prefix (RFC 8215) embeds IPv4 in a way only
+	// the local network knows: judged unknowable, refused.
+	{netip.MustParsePrefix("64:ff9b:1::/48"), "local-use NAT64"},
+}
+
+// hostAddr reports whether a is an address of one of this host's own
+// interfaces: a name leading there reaches the services the gateway's
+// host listens to on every address (0.0.0.0), loopback's twins.
+func hostAddr(a netip.Addr) bool {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return false
+	}
+	for _, ia := range addrs {
+		if n, ok := ia.(*net.IPNet); ok {
+			if b, ok := netip.AddrFromSlice(n.IP); ok && b.Unmap() == a {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // nat64 carries an IPv4 address that a NAT64 gateway connects to: it is
@@ -155,7 +176,11 @@ func (p *Proxy) addresses(ctx context.Context, t target) ([]netip.Addr, *refusal
 		// One forbidden answer refuses the name: a name that mixes a
 		// public and a loopback address is a rebinding attempt, not a
 		// service.
-		if why := forbidden(a); why != "" {
+		why := forbidden(a)
+		if why == "" && hostAddr(a) {
+			why = "an address of the gateway's own host"
+		}
+		if why != "" {
 			return nil, &refusal{403, "destination_ip_prohibited", OutcomeRefused,
 				fmt.Sprintf("%s resolves to %s (%s): a name may not lead there; list the address itself to allow it", t.host, a, why)}
 		}

@@ -144,7 +144,20 @@ func TestNameResolvingToForbiddenAddressIsRefused(t *testing.T) {
 		"bcast.example.org":  {"255.255.255.255"},
 		"nat64.example.org":  {"64:ff9b::a9fe:a9fe"},
 		"mixed.example.org":  {"192.0.2.1", "127.0.0.1"},
+		"nat64l.example.org": {"64:ff9b:1::a00:1"},
 	}}
+	// An address of this host's own (non-loopback) interfaces, if any:
+	// services listening on 0.0.0.0 answer there.
+	own := ""
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, ia := range addrs {
+			if n, ok := ia.(*net.IPNet); ok && !n.IP.IsLoopback() && !n.IP.IsLinkLocalUnicast() {
+				own = n.IP.String()
+				res.answers["own.example.org"] = []string{own}
+				break
+			}
+		}
+	}
 	dialer := &fakeDialer{}
 	f := start(t, Config{Resolver: res, Dial: dialer.Dial}, "*.example.org")
 	tests := []struct{ name, why string }{
@@ -158,6 +171,12 @@ func TestNameResolvingToForbiddenAddressIsRefused(t *testing.T) {
 		{"bcast", "broadcast"},
 		{"nat64", "NAT64 of link-local"},
 		{"mixed", "127.0.0.1 (loopback)"},
+		{"nat64l", "local-use NAT64"},
+	}
+	if own != "" {
+		tests = append(tests, struct{ name, why string }{"own", own + " (an address of the gateway's own host)"})
+	} else {
+		t.Log("no non-loopback interface address on this host: the own-address case is not tried")
 	}
 	for _, tt := range tests {
 		target := tt.name + ".example.org:443"

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // Permanent marks a sandbox error as one that retrying cannot fix: the
@@ -86,11 +87,16 @@ func CheckProgram(p Policy) error {
 // programKind tells an ELF program (with its dynamic loader, if any) from
 // a script (with its #! line split into interpreter and argument).
 func programKind(path string) (kind string, interp []string, err error) {
-	f, err := os.Open(path)
+	// Non-blocking, and only a regular file is read: a program that a
+	// runtime could have swapped for a FIFO must not stall the start.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return "", nil, unwrapPath(err)
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return "", nil, errors.New("not a regular file")
+	}
 	head := make([]byte, 256)
 	n, _ := f.Read(head)
 	head = head[:n]
@@ -113,6 +119,9 @@ func programKind(path string) (kind string, interp []string, err error) {
 		defer e.Close()
 		for _, prog := range e.Progs {
 			if prog.Type == elf.PT_INTERP {
+				if prog.Filesz == 0 || prog.Filesz > 4096 {
+					return "", nil, fmt.Errorf("its dynamic loader's name is %d bytes long: not a program to run", prog.Filesz)
+				}
 				b := make([]byte, prog.Filesz)
 				if _, err := prog.ReadAt(b, 0); err == nil {
 					return "elf", []string{string(bytes.TrimRight(b, "\x00"))}, nil
@@ -127,7 +136,15 @@ func programKind(path string) (kind string, interp []string, err error) {
 // originPath returns the first RPATH or RUNPATH entry of an ELF program
 // that is relative to the program ($ORIGIN), resolved; "" if none.
 func originPath(path string) string {
-	e, err := elf.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() || fi.Size() > 1<<30 {
+		return ""
+	}
+	e, err := elf.NewFile(f)
 	if err != nil {
 		return ""
 	}

@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -8,8 +10,10 @@ import (
 	"unsafe"
 
 	seccomp "github.com/elastic/go-seccomp-bpf"
+	seccomparch "github.com/elastic/go-seccomp-bpf/arch"
 	"github.com/landlock-lsm/go-landlock/landlock"
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 	"kernel.org/pub/linux/libs/security/libcap/psx"
 )
@@ -145,6 +149,9 @@ var deniedSyscalls = []string{
 	"open_by_handle_at", "swapon", "swapoff", "reboot", "acct", "quotactl",
 }
 
+// ioURing submits system calls that no filter sees.
+var ioURing = []string{"io_uring_setup", "io_uring_enter", "io_uring_register"}
+
 // newMountAPI is the mount API of Linux 5.2 and later, refused like mount.
 var newMountAPI = []string{"fsopen", "fsconfig", "fsmount", "fspick", "move_mount", "open_tree", "mount_setattr"}
 
@@ -161,20 +168,16 @@ func seccompPolicy() seccomp.Policy {
 		conds = append(conds, seccomp.NameWithConditions{Name: "clone", Conditions: seccomp.ArgumentConditions{
 			{Argument: 0, Operation: seccomp.BitsSet, Value: f}}})
 	}
-	// Typing into a terminal's input queue. The sandbox has no terminal
-	// (its session is new and /dev has none), so this is a second layer.
-	for _, req := range []uint64{unix.TIOCSTI, unix.TIOCLINUX} {
-		conds = append(conds, seccomp.NameWithConditions{Name: "ioctl", Conditions: seccomp.ArgumentConditions{
-			{Argument: 1, Operation: seccomp.Equal, Value: req}}})
-	}
 	groups := []seccomp.SyscallGroup{
 		{Action: seccomp.ActionErrno, Names: deniedSyscalls, NamesWithCondtions: conds},
 		// clone3 passes its flags in memory, where a filter cannot look:
 		// ENOSYS makes C libraries and Go fall back to clone.
 		{Action: seccomp.ActionErrno | seccomp.Action(unix.ENOSYS), Names: []string{"clone3"}},
 	}
-	if knownSyscalls(newMountAPI) {
-		groups[0].Names = append(groups[0].Names, newMountAPI...)
+	for _, more := range [][]string{newMountAPI, ioURing} {
+		if knownSyscalls(more) {
+			groups[0].Names = append(groups[0].Names, more...)
+		}
 	}
 	return seccomp.Policy{DefaultAction: seccomp.ActionAllow, Syscalls: groups}
 }
@@ -187,8 +190,68 @@ func knownSyscalls(names []string) bool {
 	return err == nil
 }
 
-// loadSeccomp loads the filter on every thread (TSYNC) with
-// no_new_privs; the runtime inherits it and cannot remove it.
+// loadSeccomp loads the filters on every thread (TSYNC) with
+// no_new_privs; the runtime inherits them and cannot remove them. The
+// policy is go-seccomp-bpf's; a second, tiny filter does the two things
+// its matching cannot: it kills any system call made through another
+// architecture's entry (the policy lets those through to its default,
+// so i386's int 0x80 would reach unshare), and it refuses TIOCSTI and
+// TIOCLINUX by the 32 bits of the command the kernel reads (the policy
+// compares all 64).
 func loadSeccomp() error {
-	return seccomp.LoadFilter(seccomp.Filter{NoNewPrivs: true, Flag: seccomp.FilterFlagTSync, Policy: seccompPolicy()})
+	if err := seccomp.LoadFilter(seccomp.Filter{NoNewPrivs: true, Flag: seccomp.FilterFlagTSync, Policy: seccompPolicy()}); err != nil {
+		return err
+	}
+	prog, err := guardProgram()
+	if err != nil {
+		return err
+	}
+	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	if _, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog))); e != 0 {
+		return fmt.Errorf("load the architecture guard: %w", e)
+	}
+	return nil
+}
+
+// seccomp_data offsets (linux/seccomp.h): nr, arch, then the arguments.
+const (
+	dataNr      = 0
+	dataArch    = 4
+	dataArg1Low = 16 + 8 // args[1], its low 32 bits on a little-endian machine
+)
+
+// guardProgram is the architecture and terminal guard (see loadSeccomp).
+func guardProgram() ([]unix.SockFilter, error) {
+	info, err := seccomparch.GetInfo("")
+	if err != nil {
+		return nil, err
+	}
+	if binary.NativeEndian.Uint16([]byte{1, 0}) != 1 {
+		return nil, errors.New("the terminal guard assumes a little-endian machine")
+	}
+	const (
+		allow = unix.SECCOMP_RET_ALLOW
+		kill  = unix.SECCOMP_RET_KILL_PROCESS
+		eperm = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
+	)
+	insns, err := bpf.Assemble([]bpf.Instruction{
+		bpf.LoadAbsolute{Off: dataArch, Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(info.ID), SkipTrue: 1},
+		bpf.RetConstant{Val: kill},
+		bpf.LoadAbsolute{Off: dataNr, Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SYS_IOCTL, SkipFalse: 4},
+		bpf.LoadAbsolute{Off: dataArg1Low, Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.TIOCSTI, SkipTrue: 1},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.TIOCLINUX, SkipFalse: 1},
+		bpf.RetConstant{Val: eperm},
+		bpf.RetConstant{Val: allow},
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]unix.SockFilter, len(insns))
+	for i, in := range insns {
+		out[i] = unix.SockFilter{Code: in.Op, Jt: in.Jt, Jf: in.Jf, K: in.K}
+	}
+	return out, nil
 }

@@ -27,10 +27,13 @@
 //     no_new_privs, restricts itself with Landlock where the kernel has it
 //     (the ABI is reported), and loads a seccomp filter refusing ptrace,
 //     process_vm_*, bpf, keyctl, mount and friends, setns, unshare and
-//     namespace flags to clone, perf_event_open, userfaultfd and TIOCSTI;
+//     namespace flags to clone, perf_event_open, userfaultfd, io_uring and
+//     TIOCSTI, and killing any system call made through another
+//     architecture's entry (i386's int 0x80);
 //  5. starts the runtime with the gateway's pipes as its stdin, stdout and
 //     stderr, untouched, and stays as pid 1 of the namespace: it forwards
-//     SIGTERM and SIGINT, reaps orphans, and exits with the runtime's
+//     SIGTERM, SIGINT and SIGHUP (ignoring the other signals), reaps
+//     orphans, and exits with the runtime's
 //     status. When it exits, the kernel kills whatever is left in the pid
 //     namespace, so nothing a runtime starts outlives its session.
 //

@@ -403,6 +403,10 @@ func (h *helper) start() (int, error) {
 // reap is init's job: forward SIGTERM, SIGINT and SIGHUP to the runtime,
 // reap every process that ends, and return when the runtime has.
 func (h *helper) reap(child int) Exit {
+	// The signals not forwarded are ignored: the runtime may signal
+	// its init, and Go's default for most of them is to exit.
+	signal.Ignore(unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2, unix.SIGPIPE, unix.SIGALRM, unix.SIGVTALRM, unix.SIGPROF,
+		unix.SIGTSTP, unix.SIGTTIN, unix.SIGTTOU, unix.SIGXCPU, unix.SIGXFSZ, unix.SIGPWR, unix.SIGSTKFLT, unix.SIGIO, unix.SIGTRAP)
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
 	go func() {

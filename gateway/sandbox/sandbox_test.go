@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -162,5 +163,77 @@ func TestCheckProgram(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The seccomp filter holds where go-seccomp-bpf's matching alone did
+// not: a system call through the i386 entry (int 0x80) kills the
+// process instead of reaching unshare, and TIOCSTI is refused by the 32
+// bits of the command the kernel reads, whatever the upper bits say.
+func TestSeccompGuards(t *testing.T) {
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		t.Skip("no C compiler to build the probe (the race detector needs one too)")
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "probe.c")
+	os.WriteFile(src, []byte(`#include <stdio.h>
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+int main(int argc, char **argv) {
+	if (strcmp(argv[1], "ioctl") == 0) {
+		long r = syscall(SYS_ioctl, 0, (1UL << 32) | 0x5412, "x");
+		printf("ioctl %ld %s\n", r, strerror(errno));
+		return 0;
+	}
+	long ret;
+	__asm__ volatile ("int $0x80" : "=a"(ret) : "a"(310), "b"(0x10000000) : "memory");
+	printf("int80 %ld\n", ret);
+	return 0;
+}
+`), 0o644)
+	probe := filepath.Join(dir, "probe")
+	if out, err := exec.Command(cc, "-o", probe, src).CombinedOutput(); err != nil {
+		t.Skipf("cannot build the probe: %v\n%s", err, out)
+	}
+	os.Chmod(dir, 0o755)
+	for _, c := range []struct {
+		arg, want string
+		signal    int
+	}{
+		{"ioctl", "ioctl -1 Operation not permitted", 0},
+		{"int80", "", int(syscall.SIGSYS)},
+	} {
+		p := Policy{Agent: "test", Program: probe, Args: []string{c.arg}, Workdir: t.TempDir(), Env: []string{"PATH=/usr/bin:/bin"}}
+		p.UID, p.GID = Owner(p.Agent)
+		cmd, err := Command(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err = cmd.Start()
+		cmd.Started()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if _, err := cmd.WaitReady(ctx); err != nil {
+			t.Fatalf("%s: %v", c.arg, err)
+		}
+		cancel()
+		_ = cmd.Wait()
+		ex := cmd.Exit()
+		cmd.Close()
+		switch {
+		case ex == nil:
+			t.Errorf("%s: no exit status; output %q", c.arg, out.String())
+		case c.signal != 0 && ex.Signal != c.signal:
+			t.Errorf("%s: exit %+v, output %q; want killed by signal %d", c.arg, ex, out.String(), c.signal)
+		case c.want != "" && !strings.Contains(out.String(), c.want):
+			t.Errorf("%s: output %q, want %q", c.arg, out.String(), c.want)
+		}
 	}
 }
