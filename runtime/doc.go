@@ -11,6 +11,15 @@
 // This package knows message shapes only: it imports the bcp package for
 // the spec shapes carried in messages, and nothing else of bcpgw.
 //
+// Query specs are decoded strictly ([QuerySpec], [DecodeQueryRequest]): an
+// unknown, duplicate or mistyped key is a problem with its path, never
+// dropped, because a dropped key can be a dropped limit. Specs are read in
+// the protocol's spelling and in TriOnyx's (a question's "name" and
+// "format", an enum's "options"), and written to Readers in both
+// ([Query], [ActiveSubscription]), so a runtime written for either reads
+// the whole spec. [Result] reads token counts from usage{} or from the top
+// level, where TriOnyx's runtime writes them.
+//
 // The codec ([Decoder], [Encoder]) bounds every line. A line longer than
 // the limit, or one that is not a JSON object with a string "type", is
 // reported as a *[LineError] and skipped: the stream never loses its place.
