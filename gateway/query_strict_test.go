@@ -187,13 +187,19 @@ func TestQueryRequestIDReuseRefused(t *testing.T) {
 // and researcher, a testrt Reader with readerEnv. tune adjusts the config.
 func triOnyxE2E(t *testing.T, queries []string, readerEnv map[string]string, tune func(*Config)) *e2e {
 	t.Helper()
+	return triOnyxE2EWith(t, fmt.Sprintf(mainChannel, 100000, "review"), queries, readerEnv, tune)
+}
+
+// triOnyxE2EWith is triOnyxE2E with main's frontmatter after its env.
+func triOnyxE2EWith(t *testing.T, front string, queries []string, readerEnv map[string]string, tune func(*Config)) *e2e {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
 	def := fmt.Sprintf("---\nname: main\nruntime: [%q, -test.run=^$]\nruntime_dialect: trionyx\nenv:\n  %s: trionyx-controller\n  TRIONYX_LOG: ${main_TLOG}\n  TRIONYX_QUERIES: ${main_TQ}\n%s\n---\nYou are main.\n",
-		exe, fakeRuntimeEnv, fmt.Sprintf(mainChannel, 100000, "review"))
+		exe, fakeRuntimeEnv, front)
 	if err := os.WriteFile(filepath.Join(dir, "main.md"), []byte(def), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -322,5 +328,23 @@ func TestQueryErrorCarriesQueryID(t *testing.T) {
 	f := e.waitRecords("main", "query_failed", 1)[0]
 	if f.RequestID != "req-t" || f.QueryID != sent.QueryID || !strings.HasPrefix(f.QueryID, "q-") {
 		t.Errorf("query_failed = %+v, want query_id %s", f, sent.QueryID)
+	}
+}
+
+// TestQueryTriOnyxDialectToolNotAllowed: the session's own refusal (no
+// BCPQuery tool) also reaches a TriOnyx Controller as a turn, which its
+// result ends.
+func TestQueryTriOnyxDialectToolNotAllowed(t *testing.T) {
+	q := `{"request_id":"req-x","to":"researcher","category":1,"spec":{"fields":[{"name":"found","type":"boolean"}]}}`
+	front := strings.Replace(fmt.Sprintf(mainChannel, 100000, "review"), "tools: [BCPQuery]", "tools: [Read]", 1)
+	e := triOnyxE2EWith(t, front, []string{q}, nil, nil)
+	e.prompt("main", "query")
+	f := e.triOnyxGot("bcp_query_error", 1)[0]
+	if f["request_id"] != "req-x" || !strings.HasPrefix(f["reason"].(string), "tool_not_allowed: ") {
+		t.Errorf("bcp_query_error = %v", f)
+	}
+	e.waitEventMatching("turn_done", "", func(ev store.Event) bool { return strings.HasPrefix(ev.Detail, "query error for request req-x done") })
+	if r := e.eventsMatching("refused", string(bcp.ProtocolError), func(ev store.Event) bool { return ev.Agent == "main" }); len(r) != 0 {
+		t.Errorf("main's lines refused: %+v", r)
 	}
 }
