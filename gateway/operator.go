@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 
 	"github.com/bcpgw/bcpgw/agents"
@@ -269,11 +268,12 @@ func (o *Operator) Refused(p control.Peer, why string) {
 		Detail: fmt.Sprintf("uid %d, pid %d: %s", p.UID, p.PID, why)})
 }
 
-// Report implements control.Backend. It replays the event log: each
-// delivery sent to a Controller counts for the session that Controller had
-// at that moment (the last session_started before it, as the log is in
-// commit order). A delivery re-sent after a crash counts for each session
-// it was sent to: the crashed one may have read it.
+// Report implements control.Backend. It reads the exposure figures the
+// store keeps with the events they come from (store.Exposure), which
+// outlive the events themselves: each delivery sent to a Controller
+// counts for the session that Controller had at that moment. A delivery
+// re-sent after a crash counts for each session it was sent to: the
+// crashed one may have read it.
 func (o *Operator) Report(ctx context.Context, p control.ReportParams) (control.Report, error) {
 	set := o.g.set.Load()
 	if p.Agent != "" && set.Agent(p.Agent) == nil {
@@ -283,73 +283,26 @@ func (o *Operator) Report(ctx context.Context, p control.ReportParams) (control.
 	for _, l := range set.Links {
 		controllers[l.Controller.Name] = true
 	}
-	var sessions []*control.SessionExposure
-	byRef := map[string]*control.SessionExposure{}
-	current := map[string]*control.SessionExposure{} // by agent
-	open := func(agent, ref string, e store.Event) *control.SessionExposure {
-		s := &control.SessionExposure{Agent: agent, Session: ref, StartedAt: e.Time, ByCat: map[int]float64{}, Channels: []control.ChannelExposure{}}
-		sessions = append(sessions, s)
-		if ref != "" {
-			byRef[ref] = s
-		}
-		current[agent] = s
-		return s
-	}
-	// The events that delimit sessions and carry deliveries.
-	kinds := []string{"session_started", "session_stopped", "session_crashed", "delivery_sent", "delivery_retried"}
-	const page = 5000
-	var since int64
-	for {
-		evs, err := o.g.cfg.Store.Events(ctx, since, page, kinds...)
-		if err != nil {
-			return control.Report{}, err
-		}
-		for _, e := range evs {
-			since = e.Seq
-			if p.Agent != "" && e.Agent != p.Agent {
-				continue
-			}
-			switch e.Kind {
-			case "session_started":
-				open(e.Agent, e.Ref, e)
-			case "session_stopped", "session_crashed":
-				if s := byRef[e.Ref]; s != nil && s.EndedAt.IsZero() {
-					s.EndedAt = e.Time
-				}
-			default: // a delivery
-				s := current[e.Agent]
-				if s == nil {
-					s = open(e.Agent, "", e) // its session started before the log did
-				}
-				addExposure(s, e.Peer, e.Category, e.Bits)
-			}
-		}
-		if len(evs) < page {
-			break
-		}
+	all, err := o.g.cfg.Store.Exposure(ctx, p.Agent)
+	if err != nil {
+		return control.Report{}, err
 	}
 	r := control.Report{Sessions: []control.SessionExposure{}}
-	for _, s := range sessions {
+	for _, se := range all {
+		s := control.SessionExposure{Agent: se.Agent, Session: se.Session, StartedAt: se.StartedAt, EndedAt: se.EndedAt,
+			ByCat: map[int]float64{}, Channels: []control.ChannelExposure{}}
+		for _, c := range se.Channels { // by Reader, then category
+			addExposure(&s, c)
+		}
 		if controllers[s.Agent] || s.Bits > 0 {
-			sort.Slice(s.Channels, func(i, j int) bool {
-				a, b := s.Channels[i], s.Channels[j]
-				return a.Reader < b.Reader || a.Reader == b.Reader && a.Category < b.Category
-			})
-			r.Sessions = append(r.Sessions, *s)
+			r.Sessions = append(r.Sessions, s)
 		}
 	}
 	return r, nil
 }
 
-func addExposure(s *control.SessionExposure, reader string, cat int, bits float64) {
-	s.Bits += bits
-	s.ByCat[cat] += bits
-	for i := range s.Channels {
-		if c := &s.Channels[i]; c.Reader == reader && c.Category == cat {
-			c.Deliveries++
-			c.Bits += bits
-			return
-		}
-	}
-	s.Channels = append(s.Channels, control.ChannelExposure{Reader: reader, Category: cat, Deliveries: 1, Bits: bits})
+func addExposure(s *control.SessionExposure, c store.ChannelExposure) {
+	s.Bits += c.Bits
+	s.ByCat[c.Category] += c.Bits
+	s.Channels = append(s.Channels, control.ChannelExposure{Reader: c.Reader, Category: c.Category, Deliveries: c.Deliveries, Bits: c.Bits})
 }

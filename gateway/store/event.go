@@ -61,6 +61,11 @@ func insertEvents(tx *wtx, events []Event) error {
 			e.Category, e.Bits, e.Ref, payload); err != nil {
 			return fmt.Errorf("insert event: %w", err)
 		}
+		if exposureKind(e.Kind) {
+			if err := recordExposure(tx, &e); err != nil {
+				return fmt.Errorf("exposure: %w", err)
+			}
+		}
 	}
 	return nil
 }

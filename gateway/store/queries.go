@@ -14,6 +14,13 @@ const (
 	sqlFinishDelivery = `UPDATE deliveries SET state = ?, done_at = ?, done_detail = ? WHERE id = ? AND state = 'pending'`
 	sqlInsertEvent    = `INSERT INTO events (time, kind, agent, peer, code, detail, category, bits, ref, payload)
 			VALUES (?,?,?,?,?,?,?,?,?,?)`
+	// The exposure figures (exposure.go).
+	sqlOpenSession = `INSERT INTO exposure_sessions (agent, ref, started_at) VALUES (?,?,?)`
+	sqlEndSession  = `UPDATE exposure_sessions SET ended_at = ? WHERE id =
+		(SELECT max(id) FROM exposure_sessions WHERE ref = ? AND ref <> '') AND ended_at = 0`
+	sqlAddExposure = `INSERT INTO exposure (session, reader, category, deliveries, bits)
+		SELECT id, ?, ?, 1, ? FROM exposure_sessions WHERE agent = ? ORDER BY id DESC LIMIT 1
+		ON CONFLICT (session, reader, category) DO UPDATE SET deliveries = deliveries + 1, bits = bits + excluded.bits`
 	sqlSavepoint  = "SAVEPOINT op"
 	sqlRollbackTo = "ROLLBACK TO op"
 	sqlRelease    = "RELEASE op"
@@ -21,5 +28,6 @@ const (
 
 // writeStatements lists the statements Open prepares.
 func writeStatements() []string {
-	return []string{sqlInsertApproval, sqlApprovalByID, sqlDecideApproval, sqlInsertDelivery, sqlMarkAttempted, sqlFinishDelivery, sqlInsertEvent, sqlSavepoint, sqlRollbackTo, sqlRelease}
+	return []string{sqlInsertApproval, sqlApprovalByID, sqlDecideApproval, sqlInsertDelivery, sqlMarkAttempted, sqlFinishDelivery, sqlInsertEvent,
+		sqlOpenSession, sqlEndSession, sqlAddExposure, sqlSavepoint, sqlRollbackTo, sqlRelease}
 }

@@ -270,6 +270,12 @@ func (s *Store) checkpointer() {
 	}
 }
 
+// migrationSteps are done in Go right after the migration of their
+// number, in its transaction: data the SQL alone cannot move.
+var migrationSteps = map[int]func(*sql.Tx) error{
+	3: backfillExposure,
+}
+
 // migrate applies the embedded migrations newer than the file's
 // user_version, all in one transaction.
 func migrate(db *sql.DB) error {
@@ -303,6 +309,11 @@ func migrate(db *sql.DB) error {
 		}
 		if _, err := tx.Exec(string(body)); err != nil {
 			return fmt.Errorf("migration %s: %w", name, err)
+		}
+		if step := migrationSteps[n]; step != nil {
+			if err := step(tx); err != nil {
+				return fmt.Errorf("migration %s: %w", name, err)
+			}
 		}
 	}
 	if version > latest {

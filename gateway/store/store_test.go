@@ -257,6 +257,10 @@ func TestOpenReopenAppliesMigrationsOnce(t *testing.T) {
 }
 
 func TestOpenRefuses(t *testing.T) {
+	names, err := fs.Glob(migrations, "migrations/*.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name    string
 		prepare func(t *testing.T, path string)
@@ -270,7 +274,7 @@ func TestOpenRefuses(t *testing.T) {
 			if _, err := rawDB(t, path).Exec("PRAGMA user_version = 99"); err != nil {
 				t.Fatal(err)
 			}
-		}, []string{"schema version 99 is newer", "(2)", "newer bcpgw"}},
+		}, []string{"schema version 99 is newer", fmt.Sprintf("(%d)", len(names)), "newer bcpgw"}},
 		{"not a database", func(t *testing.T, path string) {
 			if err := os.WriteFile(path, bytes.Repeat([]byte("not sqlite "), 1000), 0o600); err != nil {
 				t.Fatal(err)
