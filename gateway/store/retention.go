@@ -76,6 +76,25 @@ func (s *Store) Prune(ctx context.Context, before time.Time) (PruneResult, error
 	}
 }
 
+// The pruning statements; each deletes at most n (the last parameter)
+// rows older than a cutoff in milliseconds.
+const (
+	sqlPruneDeliveries = `DELETE FROM deliveries WHERE seq IN (SELECT seq FROM deliveries
+		WHERE state <> 'pending' AND done_at < ? ORDER BY done_at LIMIT ?)`
+	sqlPruneApprovals = `DELETE FROM approvals WHERE seq IN (SELECT seq FROM approvals
+		WHERE status <> 'pending' AND decided_at < ? ORDER BY decided_at LIMIT ?)`
+	// The oldest n events, up to the first one that is to be kept: only a
+	// prefix of the log is ever deleted. Parameters n, cutoff, n.
+	sqlPruneEvents = `DELETE FROM events WHERE seq < coalesce(
+		(SELECT min(seq) FROM (SELECT seq, time FROM events ORDER BY seq LIMIT ?) WHERE time >= ?),
+		(SELECT max(seq) + 1 FROM (SELECT seq FROM events ORDER BY seq LIMIT ?)))`
+	sqlPruneSessions = `DELETE FROM exposure_sessions WHERE id IN (SELECT id FROM exposure_sessions s
+		WHERE ended_at > 0 AND ended_at < ?
+		AND NOT EXISTS (SELECT 1 FROM exposure e WHERE e.session = s.id)
+		AND id < (SELECT max(id) FROM exposure_sessions l WHERE l.agent = s.agent)
+		LIMIT ?)`
+)
+
 // pruneBatch deletes at most n rows of each kind in one commit.
 func (s *Store) pruneBatch(ctx context.Context, before time.Time, n int) (PruneResult, error) {
 	var r PruneResult
@@ -83,26 +102,16 @@ func (s *Store) pruneBatch(ctx context.Context, before time.Time, n int) (PruneR
 	err := s.write(ctx, func(tx *wtx) error {
 		r = PruneResult{}
 		var err error
-		if r.Deliveries, err = affected(tx.Exec(`DELETE FROM deliveries WHERE seq IN (SELECT seq FROM deliveries
-			WHERE state <> 'pending' AND done_at < ? ORDER BY done_at LIMIT ?)`, cut, n)); err != nil {
+		if r.Deliveries, err = affected(tx.Exec(sqlPruneDeliveries, cut, n)); err != nil {
 			return fmt.Errorf("prune deliveries: %w", err)
 		}
-		if r.Approvals, err = affected(tx.Exec(`DELETE FROM approvals WHERE seq IN (SELECT seq FROM approvals
-			WHERE status <> 'pending' AND decided_at < ? ORDER BY decided_at LIMIT ?)`, cut, n)); err != nil {
+		if r.Approvals, err = affected(tx.Exec(sqlPruneApprovals, cut, n)); err != nil {
 			return fmt.Errorf("prune approvals: %w", err)
 		}
-		// The oldest n events, up to the first one that is to be kept:
-		// only a prefix of the log is ever deleted.
-		if r.Events, err = affected(tx.Exec(`DELETE FROM events WHERE seq < coalesce(
-			(SELECT min(seq) FROM (SELECT seq, time FROM events ORDER BY seq LIMIT ?) WHERE time >= ?),
-			(SELECT max(seq) + 1 FROM (SELECT seq FROM events ORDER BY seq LIMIT ?)))`, n, cut, n)); err != nil {
+		if r.Events, err = affected(tx.Exec(sqlPruneEvents, n, cut, n)); err != nil {
 			return fmt.Errorf("prune events: %w", err)
 		}
-		if r.Sessions, err = affected(tx.Exec(`DELETE FROM exposure_sessions WHERE id IN (SELECT id FROM exposure_sessions s
-			WHERE ended_at > 0 AND ended_at < ?
-			AND NOT EXISTS (SELECT 1 FROM exposure e WHERE e.session = s.id)
-			AND id < (SELECT max(id) FROM exposure_sessions l WHERE l.agent = s.agent)
-			LIMIT ?)`, cut, n)); err != nil {
+		if r.Sessions, err = affected(tx.Exec(sqlPruneSessions, cut, n)); err != nil {
 			return fmt.Errorf("prune sessions: %w", err)
 		}
 		return nil

@@ -273,15 +273,24 @@ func TestPruneSessionsSentNothing(t *testing.T) {
 	}
 }
 
-// The pruning queries find their rows through indexes: a gateway keeps
-// millions of recent rows, and pruning must not read them all each round.
+// The pruning statements find their rows through indexes (or the rowid):
+// a gateway keeps millions of recent rows, and pruning must not read them
+// all, or sort them, each round.
 func TestPruneUsesIndexes(t *testing.T) {
 	s := newStore(t)
-	for q, want := range map[string]string{
-		`SELECT seq FROM deliveries WHERE state <> 'pending' AND done_at < 5 ORDER BY done_at LIMIT 10`:       "deliveries_finished",
-		`SELECT seq FROM approvals WHERE status <> 'pending' AND decided_at < 5 ORDER BY decided_at LIMIT 10`: "approvals_decided",
+	for _, tt := range []struct {
+		q    string
+		args []any
+		want string
+	}{
+		{sqlPruneDeliveries, []any{5, 10}, "USING INDEX deliveries_finished"},
+		{sqlPruneApprovals, []any{5, 10}, "USING INDEX approvals_decided"},
+		{sqlPruneEvents, []any{10, 5, 10}, "SCAN events"},
+		// Sessions are scanned (a row per session, not per delivery),
+		// each looked up in exposure by its key.
+		{sqlPruneSessions, []any{5, 10}, "SEARCH e USING PRIMARY KEY (session=?)"},
 	} {
-		rows, err := s.rdb.Query(`EXPLAIN QUERY PLAN ` + q)
+		rows, err := s.rdb.Query(`EXPLAIN QUERY PLAN `+tt.q, tt.args...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -295,8 +304,9 @@ func TestPruneUsesIndexes(t *testing.T) {
 			plan = append(plan, detail)
 		}
 		rows.Close()
-		if p := strings.Join(plan, "; "); !strings.Contains(p, want) || strings.Contains(p, "TEMP B-TREE") {
-			t.Errorf("plan of %s:\n%s\nwant it to use %s, without sorting", q, p, want)
+		p := strings.Join(plan, "; ")
+		if !strings.Contains(p, tt.want) || strings.Contains(p, "TEMP B-TREE") {
+			t.Errorf("plan of %s:\n%s\nwant %q, and no sorting", tt.q, p, tt.want)
 		}
 	}
 }
