@@ -246,6 +246,11 @@ func (o *Operator) LastEventSeq(ctx context.Context) (int64, error) {
 	return o.g.cfg.Store.LastEventSeq(ctx)
 }
 
+// EventsPrunedBefore implements control.Backend.
+func (o *Operator) EventsPrunedBefore(ctx context.Context) (int64, error) {
+	return o.g.cfg.Store.EventsPrunedBefore(ctx)
+}
+
 // EventsChanged implements control.Backend.
 func (o *Operator) EventsChanged() <-chan struct{} { return o.g.cfg.Store.EventsChanged() }
 

@@ -32,6 +32,10 @@ from now.
 --type selects kinds (repeat it, or separate with commas); a trailing *
 matches a prefix: --type 'approval_*' --type refused.
 
+Events older than the gateway's retention (bcpgw run --retain) are
+pruned; a --since before the oldest kept prints from there and says on
+stderr "events before N were pruned".
+
 --json prints one JSON object per line.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -51,13 +55,24 @@ matches a prefix: --type 'approval_*' --type refused.
 				_, err := fmt.Fprintln(out, formatEvent(e))
 				return err
 			}
-			if follow {
-				return apiError(followEvents(ctx, cl, since, cmd.Flags().Changed("since"), types, print))
+			// A cursor older than the gateway's retention is answered
+			// from the oldest event kept, with a notice: said on stderr,
+			// so that stdout stays events only.
+			notice := func(text string) {
+				if text != "" {
+					fmt.Fprintln(cmd.ErrOrStderr(), "bcpgw events: "+text)
+				}
 			}
-			for {
+			if follow {
+				return apiError(followEvents(ctx, cl, since, cmd.Flags().Changed("since"), types, print, notice))
+			}
+			for first := true; ; first = false {
 				page, err := cl.Events(ctx, control.EventsParams{Since: since, Types: types})
 				if err != nil {
 					return apiError(err)
+				}
+				if first {
+					notice(page.Notice)
 				}
 				for _, e := range page.Events {
 					if err := print(e); err != nil {
@@ -82,14 +97,16 @@ matches a prefix: --type 'approval_*' --type refused.
 
 // followEvents prints events pushed by a subscription until ctx ends or
 // the gateway goes away.
-func followEvents(ctx context.Context, cl *control.Client, since int64, fromSince bool, types []string, print func(control.Event) error) error {
+func followEvents(ctx context.Context, cl *control.Client, since int64, fromSince bool, types []string, print func(control.Event) error, notice func(string)) error {
 	p := control.SubscribeParams{Types: types}
 	if fromSince {
 		p.Since = &since
 	}
-	if _, err := cl.Subscribe(ctx, p); err != nil {
+	res, err := cl.Subscribe(ctx, p)
+	if err != nil {
 		return err
 	}
+	notice(res.Notice)
 	for {
 		select {
 		case n, ok := <-cl.Notifications():

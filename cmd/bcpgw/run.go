@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -25,6 +27,7 @@ import (
 func newRunCmd() *cobra.Command {
 	var agentsDir, stateDir, logFormat, logLevel, metricsAddr string
 	var approvalTTL, queryTimeout time.Duration
+	retain := retainFlag(store.DefaultRetain)
 	var watch, allowUnsandboxed bool
 	var compat compatFlags
 	cmd := &cobra.Command{
@@ -50,6 +53,13 @@ Changed definitions are loaded without a restart on SIGHUP, on bcpgw
 reload, and (unless --watch=false) when a .md file in --agents changes. A
 set with errors is refused as a whole and the running one stays in force
 (see bcpgw reload).
+
+--retain is how long finished records are kept: deliveries delivered or
+dropped, approval items decided, and audit events (default 30d; e.g. 90d,
+720h; 0 keeps everything). Older ones are deleted every minute in small
+batches; pending deliveries and items are never deleted, and the exposure
+figures of bcpgw report are kept apart and survive. bcpgw events --since
+N for an N older than that says which events were pruned.
 
 --metrics-addr serves Prometheus metrics (bcpgw_*) at /metrics on that
 address; a bare port listens on 127.0.0.1 only. Off by default.
@@ -157,6 +167,7 @@ each fs_write DIR/**).`,
 				served <- err
 			}()
 			hupDone := reloadOnSIGHUP(ctx, gw, hup, logger)
+			retained := runRetention(ctx, st, time.Duration(retain), logger.Named("retention"))
 			reaped := make(chan struct{})
 			go func() { defer close(reaped); rp.Run(ctx) }()
 			metricsDone := make(chan error, 1)
@@ -177,6 +188,7 @@ each fs_write DIR/**).`,
 			err = gw.Run(ctx)
 			stop()
 			<-hupDone
+			<-retained
 			<-reaped
 			err = errors.Join(err, <-served, <-metricsDone)
 			logger.Info("gateway stopped")
@@ -191,6 +203,7 @@ each fs_write DIR/**).`,
 	f.StringVar(&stateDir, "state", os.Getenv("BCPGW_STATE"), "state directory (env BCPGW_STATE)")
 	f.DurationVar(&approvalTTL, "approval-ttl", gateway.DefaultApprovalTTL, "how long an approval item waits for a decision before it expires")
 	f.DurationVar(&queryTimeout, "query-timeout", gateway.DefaultQueryTimeout, "how long a Reader has to answer a query")
+	f.Var(&retain, "retain", "how long to keep finished deliveries, decided approval items and events (30d, 12h...; 0 keeps everything)")
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address (a bare port means 127.0.0.1); off when empty")
 	f.BoolVar(&watch, "watch", true, "reload the definitions when a .md file in --agents changes")
 	f.BoolVar(&allowUnsandboxed, "allow-unsandboxed", false, "run agents whose definition says sandbox: none (refused otherwise)")
@@ -211,6 +224,71 @@ func newLogger(w io.Writer, format, level string) (hclog.Logger, error) {
 	return hclog.New(&hclog.LoggerOptions{
 		Name: "bcpgw", Level: lvl, Output: w, JSONFormat: format == "json",
 	}), nil
+}
+
+// retainFlag is a duration that also takes days: "30d", "1d12h".
+type retainFlag time.Duration
+
+func (r *retainFlag) String() string {
+	d := time.Duration(*r)
+	if d > 0 && d%(24*time.Hour) == 0 {
+		return fmt.Sprintf("%dd", d/(24*time.Hour))
+	}
+	return d.String()
+}
+
+func (r *retainFlag) Set(v string) error {
+	var days int64
+	rest := v
+	if i := strings.IndexByte(v, 'd'); i > 0 {
+		n, err := strconv.ParseInt(v[:i], 10, 32)
+		if err != nil {
+			return fmt.Errorf("%q: use a duration such as 30d, 12h or 1d12h", v)
+		}
+		days, rest = n, v[i+1:]
+	}
+	var d time.Duration
+	if rest != "" {
+		var err error
+		if d, err = time.ParseDuration(rest); err != nil {
+			return fmt.Errorf("%q: use a duration such as 30d, 12h or 1d12h", v)
+		}
+	}
+	d += time.Duration(days) * 24 * time.Hour
+	if d < 0 {
+		return fmt.Errorf("%q: must not be negative (0 keeps everything)", v)
+	}
+	*r = retainFlag(d)
+	return nil
+}
+
+func (r *retainFlag) Type() string { return "duration" }
+
+// runRetention prunes st of what finished more than keep ago until ctx
+// ends (not at all when keep is 0); the returned channel is closed once
+// it has stopped, before the store may be closed.
+func runRetention(ctx context.Context, st *store.Store, keep time.Duration, logger hclog.Logger) <-chan struct{} {
+	done := make(chan struct{})
+	if keep <= 0 {
+		logger.Info("retention off: finished records are kept for ever")
+		close(done)
+		return done
+	}
+	logger.Info("keeping finished records", "for", keep.String())
+	go func() {
+		defer close(done)
+		store.Retention{Keep: keep, Pruned: func(r store.PruneResult, before time.Time, err error) {
+			if err != nil {
+				logger.Error("pruning failed; trying again next round", "error", err)
+				return
+			}
+			if r.Total() > 0 {
+				logger.Debug("pruned", "before", before.Format(time.RFC3339), "deliveries", r.Deliveries,
+					"approvals", r.Approvals, "events", r.Events, "sessions", r.Sessions)
+			}
+		}}.Run(ctx, st)
+	}()
+	return done
 }
 
 // reloadOnSIGHUP reloads the definitions on each SIGHUP until ctx ends;

@@ -157,9 +157,16 @@ const MaxEventsPage = 1000
 
 // EventsPage is the result of events.list. Next is the cursor to pass as
 // since for the following page (the last seq returned, or since if none).
+//
+// Events older than the gateway's retention (bcpgw run --retain) are
+// pruned, oldest first. When some after Since were, PrunedBefore is the
+// seq before which none is left (the oldest kept; Events start there),
+// and Notice says so: "events before N were pruned ...".
 type EventsPage struct {
-	Events []Event `json:"events"`
-	Next   int64   `json:"next"`
+	Events       []Event `json:"events"`
+	Next         int64   `json:"next"`
+	PrunedBefore int64   `json:"pruned_before,omitempty"`
+	Notice       string  `json:"notice,omitempty"`
 }
 
 // Event is one audit event (PROTOCOL.md section 7).
@@ -192,6 +199,10 @@ type SubscribeParams struct {
 type SubscribeResult struct {
 	Subscription string `json:"subscription"`
 	Cursor       int64  `json:"cursor"`
+	// PrunedBefore and Notice are set when events after Since were
+	// pruned, as in EventsPage.
+	PrunedBefore int64  `json:"pruned_before,omitempty"`
+	Notice       string `json:"notice,omitempty"`
 }
 
 // UnsubscribeParams are the params of unsubscribe.

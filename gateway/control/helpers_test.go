@@ -60,6 +60,8 @@ type fakeBackend struct {
 	report    Report
 
 	events  []Event
+	lastSeq int64 // of the newest event ever added
+	pruned  int64 // events before this seq were pruned (prune)
 	changed chan struct{}
 }
 
@@ -223,7 +225,29 @@ func (f *fakeBackend) LastEventSeq(ctx context.Context) (int64, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return int64(len(f.events)), nil
+	return f.lastSeq, nil
+}
+
+func (f *fakeBackend) EventsPrunedBefore(ctx context.Context) (int64, error) {
+	if err := f.enter(ctx, "EventsPrunedBefore", Peer{}, nil); err != nil {
+		return 0, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.pruned, nil
+}
+
+// prune deletes the events before seq, as the store's retention does.
+func (f *fakeBackend) prune(seq int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var kept []Event
+	for _, e := range f.events {
+		if e.Seq >= seq {
+			kept = append(kept, e)
+		}
+	}
+	f.events, f.pruned = kept, seq
 }
 
 func (f *fakeBackend) EventsChanged() <-chan struct{} {
@@ -244,9 +268,10 @@ func (f *fakeBackend) addEventsDetail(detail string, kinds ...string) []Event {
 	defer f.mu.Unlock()
 	var added []Event
 	for _, k := range kinds {
+		f.lastSeq++
 		e := Event{
-			Seq:    int64(len(f.events) + 1),
-			Time:   time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC).Add(time.Duration(len(f.events)) * time.Second),
+			Seq:    f.lastSeq,
+			Time:   time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC).Add(time.Duration(f.lastSeq-1) * time.Second),
 			Kind:   k,
 			Agent:  "agent-" + k,
 			Detail: detail,

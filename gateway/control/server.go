@@ -36,6 +36,9 @@ type Backend interface {
 	Reject(ctx context.Context, by Peer, p RejectParams) (Approval, error)
 	Events(ctx context.Context, since int64, limit int, types []string) ([]Event, error)
 	LastEventSeq(ctx context.Context) (int64, error)
+	// EventsPrunedBefore returns the seq before which every event was
+	// pruned (bcpgw run --retain), 0 if none ever was.
+	EventsPrunedBefore(ctx context.Context) (int64, error)
 	// EventsChanged returns a channel closed when new events are stored.
 	EventsChanged() <-chan struct{}
 	Reload(ctx context.Context, by Peer) (ReloadResult, error)
@@ -545,12 +548,23 @@ func (cc *conn) call(req *request) (result any, after func(), err error) {
 			p.Limit = MaxEventsPage
 		}
 		evs, err := b.Events(ctx, p.Since, p.Limit, p.Types)
+		if err != nil {
+			return nil, nil, err
+		}
 		page := EventsPage{Events: evs, Next: p.Since}
 		if page.Events == nil {
 			page.Events = []Event{}
 		}
 		if n := len(evs); n > 0 {
 			page.Next = evs[n-1].Seq
+		}
+		// Read after the events: only a prefix of the log is pruned, so
+		// if events after since are gone now, this says so even when the
+		// pruning came while they were being read.
+		pruned, err := prunedAfter(ctx, b, p.Since)
+		if pruned > 0 {
+			page.PrunedBefore, page.Notice = pruned, prunedNotice(pruned)
+			page.Next = max(page.Next, pruned-1)
 		}
 		return page, nil, err
 	case MethodSubscribe:
@@ -589,6 +603,20 @@ func (cc *conn) call(req *request) (result any, after func(), err error) {
 	return nil, nil, Errorf(CodeMethodNotFound, "no method %q", req.Method)
 }
 
+// prunedAfter returns the seq before which events were pruned if that
+// left a gap after cursor, else 0.
+func prunedAfter(ctx context.Context, b Backend, cursor int64) (int64, error) {
+	pruned, err := b.EventsPrunedBefore(ctx)
+	if err != nil || pruned <= cursor+1 {
+		return 0, err
+	}
+	return pruned, nil
+}
+
+func prunedNotice(pruned int64) string {
+	return fmt.Sprintf("events before %d were pruned (bcpgw run --retain); the oldest kept is %d", pruned, pruned)
+}
+
 var typeRule = regexp.MustCompile(`^[a-z0-9_]{1,64}\*?$`)
 
 func checkTypes(types []string) error {
@@ -610,9 +638,13 @@ func (cc *conn) subscribe(params json.RawMessage) (any, func(), error) {
 	if err := checkTypes(p.Types); err != nil {
 		return nil, nil, err
 	}
-	var cursor int64
+	var cursor, pruned int64
 	if p.Since != nil {
 		cursor = max(*p.Since, 0)
+		var err error
+		if pruned, err = prunedAfter(cc.ctx, cc.s.cfg.Backend, cursor); err != nil {
+			return nil, nil, err
+		}
 	} else {
 		seq, err := cc.s.cfg.Backend.LastEventSeq(cc.ctx)
 		if err != nil {
@@ -640,7 +672,11 @@ func (cc *conn) subscribe(params json.RawMessage) (any, func(), error) {
 			cc.follow(ctx, id, cursor, p.Types)
 		}()
 	}
-	return SubscribeResult{Subscription: id, Cursor: cursor}, start, nil
+	res := SubscribeResult{Subscription: id, Cursor: cursor}
+	if pruned > 0 {
+		res.PrunedBefore, res.Notice = pruned, prunedNotice(pruned)
+	}
+	return res, start, nil
 }
 
 // follow sends every event after cursor, then each new one as it is

@@ -142,6 +142,14 @@ func (s *Store) EventsPrunedBefore(ctx context.Context) (int64, error) {
 	return oldest, nil
 }
 
+// prunedEvent records a round of pruning in the log it pruned: deleting
+// audit records is itself audited.
+func prunedEvent(now, before time.Time, r PruneResult) Event {
+	return Event{Time: now, Kind: "retention_pruned", Detail: fmt.Sprintf(
+		"pruned what finished before %s: %d deliveries, %d approval items, %d events, %d report sessions that were sent nothing",
+		before.UTC().Format(time.RFC3339), r.Deliveries, r.Approvals, r.Events, r.Sessions)}
+}
+
 // DefaultRetain is how long bcpgw run keeps finished records by default
 // (--retain).
 const DefaultRetain = 30 * 24 * time.Hour
@@ -150,7 +158,8 @@ const DefaultRetain = 30 * 24 * time.Hour
 const DefaultPruneInterval = time.Minute
 
 // Retention prunes a store on a schedule: at once, then every Interval,
-// everything that finished more than Keep ago.
+// everything that finished more than Keep ago. A round that deleted
+// anything is recorded as a retention_pruned event.
 type Retention struct {
 	Keep     time.Duration // how long to keep finished records; must be > 0
 	Interval time.Duration // how often to prune; default DefaultPruneInterval, at most Keep
@@ -183,6 +192,9 @@ func (r Retention) Run(ctx context.Context, s *Store) {
 		res, err := s.Prune(ctx, before)
 		if ctx.Err() != nil {
 			return
+		}
+		if res.Total() > 0 {
+			s.Append(prunedEvent(r.Now(), before, res))
 		}
 		if r.Pruned != nil {
 			r.Pruned(res, before, err)

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -138,7 +139,14 @@ func TestRetentionPrunesWhatFinishedBeforeTheCutoff(t *testing.T) {
 	if got, want := ids(approvals, func(a Approval) string { return a.ID }), ids([]string{stillPending.ID, recentDecided.ID}, strings.Clone); !reflect.DeepEqual(got, want) {
 		t.Errorf("approvals left %v, want the pending one and the recent one %v", got, want)
 	}
+	barrier(t, s)
 	left := allEvents(t, s)
+	// The round is recorded after what it kept.
+	if len(left) == 0 || left[len(left)-1].Kind != "retention_pruned" || !left[len(left)-1].Time.Equal(ms(clock.Now())) ||
+		!strings.Contains(left[len(left)-1].Detail, fmt.Sprintf("2 deliveries, 1 approval items, %d events", wantEvents)) {
+		t.Errorf("last event %+v, want retention_pruned saying what went", left[len(left)-1])
+	}
+	left = left[:len(left)-1]
 	if len(left) == 0 || len(left) != len(before)-int(wantEvents) {
 		t.Fatalf("%d events left of %d, want %d", len(left), len(before), len(before)-int(wantEvents))
 	}
@@ -158,8 +166,8 @@ func TestRetentionPrunesWhatFinishedBeforeTheCutoff(t *testing.T) {
 	if err := s.AppendSync(ctx, Event{Time: clock.Now(), Kind: "reload_ok"}); err != nil {
 		t.Fatal(err)
 	}
-	if all := allEvents(t, s); all[len(all)-1].Seq != before[len(before)-1].Seq+1 {
-		t.Errorf("new event seq %d, want %d", all[len(all)-1].Seq, before[len(before)-1].Seq+1)
+	if all := allEvents(t, s); all[len(all)-1].Seq != before[len(before)-1].Seq+2 {
+		t.Errorf("new event seq %d, want %d (after retention_pruned)", all[len(all)-1].Seq, before[len(before)-1].Seq+2)
 	}
 }
 
