@@ -14,7 +14,7 @@ func benchSet(b *testing.B, n int) string {
 	b.Helper()
 	dir := b.TempDir()
 	for i := 0; i < n/2; i++ {
-		c, r := fmt.Sprintf("ctl-%04d", i), fmt.Sprintf("rdr-%04d", i)
+		c, r := fmt.Sprintf("ctl-%05d", i), fmt.Sprintf("rdr-%05d", i)
 		files := map[string]string{
 			c: fmt.Sprintf(`---
 name: %s
@@ -102,15 +102,57 @@ func BenchmarkReadDir1000(b *testing.B) {
 // BenchmarkParse parses one controller definition from memory.
 func BenchmarkParse(b *testing.B) {
 	dir := benchSet(b, 2)
-	data, err := os.ReadFile(filepath.Join(dir, "ctl-0000.md"))
+	data, err := os.ReadFile(filepath.Join(dir, "ctl-00000.md"))
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	b.SetBytes(int64(len(data)))
 	for b.Loop() {
-		if _, err := Parse("ctl-0000.md", data); err != nil {
+		if _, err := Parse("ctl-00000.md", data); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkLoadScaling loads sets of 2,000 and 20,000 definitions and
+// reports the time per agent of each: Load is linear when the two are
+// alike. (bcpgw validate and a reload are this load plus output.)
+//
+//	go test ./agents -run '^$' -bench LoadScaling -benchtime 3x
+func BenchmarkLoadScaling(b *testing.B) {
+	for _, n := range []int{2000, 20000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			dir := benchSet(b, n)
+			for b.Loop() {
+				if _, err := LoadDir(dir); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/float64(n), "µs/agent")
+		})
+	}
+}
+
+// BenchmarkPushLookups does what the gateway asks of the set for one push
+// (the channel and the subscription, as the router, the rate limiter and
+// the publisher each look them up) in a set of 2 agents and of 10,000,
+// for the pair whose channel sorts last.
+func BenchmarkPushLookups(b *testing.B) {
+	for _, n := range []int{2, 10000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			set, err := LoadDir(benchSet(b, n))
+			if err != nil {
+				b.Fatal(err)
+			}
+			c, r := fmt.Sprintf("ctl-%05d", n/2-1), fmt.Sprintf("rdr-%05d", n/2-1)
+			b.ReportAllocs()
+			for b.Loop() {
+				if set.Link(c, r) == nil || set.Link(c, r) == nil ||
+					set.Subscription(c, r, "digest") == nil || set.Subscription(c, r, "digest") == nil {
+					b.Fatal("not found")
+				}
+			}
+		})
 	}
 }

@@ -76,6 +76,14 @@ type Definition struct {
 
 	lines  lineIndex
 	broken bool // loaded with errors; its peers skip the mirror checks
+	// byPeer indexes Channels by peer (the first of a peer's, if it has
+	// two), set by Load: a hub may have thousands of channels, and the
+	// load looks up each of its peers' mirrors. Nil: Channel scans.
+	byPeer map[string]*Channel
+	// controls and reads say whether d holds a controller or a reader
+	// channel, set with byPeer: the path rules ask it of every pair of
+	// agents.
+	controls, reads bool
 	// readOnlyAt and readWriteAt are the field paths of Sandbox.ReadOnly
 	// and Sandbox.ReadWrite, item by item, for the load-time path rules
 	// (a refused item leaves a gap in the lists, not in the numbering).
@@ -154,6 +162,14 @@ func (d *Definition) TriOnyx() bool { return d != nil && d.Dialect == DialectTri
 
 // holds reports whether d has a channel with role r.
 func (d *Definition) holds(r Role) bool {
+	if d.byPeer != nil {
+		switch r {
+		case RoleController:
+			return d.controls
+		case RoleReader:
+			return d.reads
+		}
+	}
 	for _, c := range d.Channels {
 		if c.Role == r {
 			return true
@@ -167,12 +183,29 @@ func (d *Definition) HasTool(tool string) bool { return slices.Contains(d.Tools,
 
 // Channel returns the definition's channel to peer, or nil.
 func (d *Definition) Channel(peer string) *Channel {
+	if d.byPeer != nil {
+		return d.byPeer[peer]
+	}
 	for _, c := range d.Channels {
 		if c.Peer == peer {
 			return c
 		}
 	}
 	return nil
+}
+
+// indexChannels builds byPeer from Channels; Load calls it once the
+// channels are final.
+func (d *Definition) indexChannels() {
+	d.byPeer = make(map[string]*Channel, len(d.Channels))
+	d.controls, d.reads = false, false
+	for _, c := range d.Channels {
+		d.controls = d.controls || c.Role == RoleController
+		d.reads = d.reads || c.Role == RoleReader
+		if _, dup := d.byPeer[c.Peer]; !dup {
+			d.byPeer[c.Peer] = c
+		}
+	}
 }
 
 // DefaultWorkdir is the working directory of an agent whose definition

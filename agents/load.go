@@ -24,7 +24,13 @@ type Set struct {
 	Notes []string
 
 	byName map[string]*Definition
-	opts   LoadOptions // how it was loaded, for a reload
+	// links indexes Links by (controller, reader) and toReader holds,
+	// for each reader, the subscriptions SubscriptionsFor returns: a push
+	// looks its channel and subscription up several times, and a set may
+	// hold tens of thousands of agents (see index).
+	links    map[linkKey]*Link
+	toReader map[string][]*Subscription
+	opts     LoadOptions // how it was loaded, for a reload
 	// makeDirs are the missing writable directories of TriOnyx
 	// definitions (LoadOptions.MakeDirs).
 	makeDirs []pendingDir
@@ -39,7 +45,12 @@ type Set struct {
 type Link struct {
 	Controller, Reader         *Definition
 	ControllerSide, ReaderSide *Channel
+
+	subs map[string]*Subscription // ControllerSide.Subscriptions by ID
 }
+
+// linkKey names a channel by its two ends.
+type linkKey struct{ controller, reader string }
 
 // MaxCategory is the channel's effective max category: the smaller of the
 // two sides' values.
@@ -52,12 +63,15 @@ func (s *Set) Agent(name string) *Definition { return s.byName[name] }
 
 // Link returns the channel between controller and reader, or nil.
 func (s *Set) Link(controller, reader string) *Link {
-	for _, l := range s.Links {
-		if l.Controller.Name == controller && l.Reader.Name == reader {
-			return l
+	if s.links == nil { // a Set not built by Load
+		for _, l := range s.Links {
+			if l.Controller.Name == controller && l.Reader.Name == reader {
+				return l
+			}
 		}
+		return nil
 	}
-	return nil
+	return s.links[linkKey{controller, reader}]
 }
 
 // Subscription returns the subscription id that controller declared on its
@@ -66,6 +80,9 @@ func (s *Set) Subscription(controller, reader, id string) *Subscription {
 	l := s.Link(controller, reader)
 	if l == nil {
 		return nil
+	}
+	if l.subs != nil {
+		return l.subs[id]
 	}
 	for _, sub := range l.ControllerSide.Subscriptions {
 		if sub.ID == id {
@@ -76,8 +93,12 @@ func (s *Set) Subscription(controller, reader, id string) *Subscription {
 }
 
 // SubscriptionsFor returns every subscription that targets reader, ordered
-// by controller and then declaration order.
+// by controller and then declaration order. The slice is the set's own:
+// read it, do not change it (appending to it copies).
 func (s *Set) SubscriptionsFor(reader string) []*Subscription {
+	if s.toReader != nil {
+		return s.toReader[reader]
+	}
 	var out []*Subscription
 	for _, l := range s.Links {
 		if l.Reader.Name == reader {
@@ -85,6 +106,32 @@ func (s *Set) SubscriptionsFor(reader string) []*Subscription {
 		}
 	}
 	return out
+}
+
+// index builds the maps behind Link, Subscription and SubscriptionsFor
+// from Links, once they are final. Links are in controller order, so each
+// reader's subscriptions come out ordered by controller, then as
+// declared. Where a definition is in error (a channel or subscription
+// declared twice) the first one wins, as a scan would find it.
+func (s *Set) index() {
+	s.links = make(map[linkKey]*Link, len(s.Links))
+	s.toReader = map[string][]*Subscription{}
+	for _, l := range s.Links {
+		k := linkKey{l.Controller.Name, l.Reader.Name}
+		if _, dup := s.links[k]; !dup {
+			s.links[k] = l
+		}
+		l.subs = make(map[string]*Subscription, len(l.ControllerSide.Subscriptions))
+		for _, sub := range l.ControllerSide.Subscriptions {
+			if _, dup := l.subs[sub.ID]; !dup {
+				l.subs[sub.ID] = sub
+			}
+		}
+		s.toReader[l.Reader.Name] = append(s.toReader[l.Reader.Name], l.ControllerSide.Subscriptions...)
+	}
+	for r, subs := range s.toReader {
+		s.toReader[r] = slices.Clip(subs) // a caller's append must copy
+	}
 }
 
 // LoadOptions is what Load needs to know beyond the directory itself.
@@ -166,6 +213,7 @@ func Load(dir string, opts LoadOptions) (*Set, error) {
 			errs = append(errs, def.errorf("name", "agent %q is already defined in %s", def.Name, first.File))
 			continue
 		}
+		def.indexChannels()
 		set.byName[def.Name] = def
 		set.Agents = append(set.Agents, def)
 	}
@@ -175,8 +223,12 @@ func Load(dir string, opts LoadOptions) (*Set, error) {
 	slices.SortFunc(set.Agents, func(a, b *Definition) int { return cmp.Compare(a.Name, b.Name) })
 	if opts.Compat == CompatTriOnyx {
 		set.dropUnmirrored() // TriOnyx ignores a channel without its mirror
+		for _, d := range set.Agents {
+			d.indexChannels() // some of its channels may be gone
+		}
 	}
 	errs = append(errs, set.link()...)
+	set.index()
 	errs = append(errs, set.checkPaths(opts.StateDir)...)
 	if opts.Compat == CompatTriOnyx {
 		errs = append(errs, set.finishTriOnyx(len(errs) == 0)...)
