@@ -26,6 +26,28 @@
 // cursor, so a slow client falls behind and catches up without gaps and
 // without the gateway buffering for it.
 //
+// No client can lock the operator out (see Server for the reasoning).
+// The limits, with their ServerConfig defaults:
+//
+//	MaxConns      64     connections at once
+//	ReservedConns 8      of them that connections following events may not hold
+//	IdleTimeout   5m     a connection idle that long is closed
+//	LineTimeout   10s    a request line begun must end (newline) within it
+//	WriteTimeout  10s    a line the client leaves unread that long closes it
+//
+// A connection is idle when it has sent nothing since its last answer (or
+// since it connected), has no request in flight and follows no events. A
+// connection that follows events is never idle: the approvals TUI and
+// bcpgw events --follow stay connected for as long as they run, events
+// or not. Five minutes lets a script pause between calls; ten seconds is
+// ample for a program to write a line of at most 1 MiB on a local socket
+// (paste, do not type, a request into socat). When all MaxConns are taken,
+// a new connection takes the slot of the one idle the longest (half a line
+// sent counts as idle); it is refused only if none is idle. Each
+// connection the server ends this way gets one last line, an error with
+// id null saying why (limit, invalid_request or unavailable), which
+// Client reports as the reason the connection ended.
+//
 // Error codes are stable; each also carries its name as data.reason:
 //
 //	-32700 parse_error       the line is not JSON

@@ -52,13 +52,25 @@ type ServerConfig struct {
 	Backend Backend
 	Logger  hclog.Logger
 	Version string // reported by status
-	// MaxConns bounds concurrent connections; default 64. More are
-	// refused with CodeLimit.
+	// MaxConns bounds concurrent connections; default 64. A connection
+	// over it takes the slot of the one idle the longest; if none is
+	// idle it is refused with CodeLimit (see Server).
 	MaxConns int
+	// ReservedConns is how many of MaxConns no connection following
+	// events may hold: they stay for commands. Default MaxConns/8 (at
+	// least 1, and less than MaxConns): 8 of 64.
+	ReservedConns int
 	// WriteTimeout is how long a client may leave a line unread before
 	// its connection is closed; default 10s. A client that stops reading
 	// cannot hold up the gateway.
 	WriteTimeout time.Duration
+	// IdleTimeout closes a connection that has sent nothing, has no
+	// request being answered and follows no events for that long;
+	// default 5m. A connection following events is never idle.
+	IdleTimeout time.Duration
+	// LineTimeout closes a connection whose request line, once begun,
+	// is not complete (its newline read) within it; default 10s.
+	LineTimeout time.Duration
 	// PeerPolicy checks the process behind each connection that passes
 	// the uid check: no runtime, nothing a runtime started, nothing in
 	// another user or pid namespace. The zero value is the running
@@ -66,6 +78,13 @@ type ServerConfig struct {
 	// another process so that their own children may connect.
 	PeerPolicy PeerPolicy
 }
+
+// The defaults of ServerConfig's timeouts (see the package doc).
+const (
+	DefaultWriteTimeout = 10 * time.Second
+	DefaultIdleTimeout  = 5 * time.Minute
+	DefaultLineTimeout  = 10 * time.Second
+)
 
 // Limits of one connection.
 const (
@@ -79,17 +98,47 @@ const (
 // first: only the gateway's own uid and root may use it, and then only
 // from a process that is neither the gateway's descendant nor in another
 // user or pid namespace (PeerPolicy).
+//
+// No set of connections can lock an operator out. A connection is idle
+// when it has sent nothing since its last request was answered (or since
+// it connected), has no request in flight and follows no events; an idle
+// one is closed after IdleTimeout, and a request line begun must be
+// complete within LineTimeout. That alone would still let MaxConns
+// connections hold every slot for IdleTimeout, so two rules keep one for
+// a new command at once:
+//
+//   - a connection over MaxConns takes the slot of the connection idle
+//     the longest (idle, or with half a line sent), which is closed with
+//     a CodeLimit error line saying why; only when none is idle is the
+//     new one refused;
+//   - connections that follow events are never idle (the approvals TUI
+//     and bcpgw events --follow wait for hours, and must not be cut
+//     while events flow or while none do), so they could fill every
+//     slot; subscribe is refused with CodeLimit on a connection that
+//     would be the (MaxConns-ReservedConns+1)th following, which keeps
+//     ReservedConns slots for everything else.
+//
+// Either rule alone fails: eviction cannot make room among subscribers,
+// and a reserve can be filled by idle connections until they time out.
+// Together an operator's command finds a slot unless ReservedConns
+// requests are being answered at that very moment, which ends as they
+// do. Only clients of the gateway's own user (or root) can connect at
+// all: this guards against a leaking script or a stuck client, not a
+// stranger.
 type Server struct {
 	cfg     ServerConfig
 	log     hclog.Logger
 	uid     int
 	started time.Time
 
+	// mu is taken before any conn's mu, never while holding one.
 	mu      sync.Mutex
 	path    string      // the socket, once serving
 	closing atomic.Bool // Serve is closing every connection
 	conns   map[*conn]struct{}
-	wg      sync.WaitGroup // connections
+	// following counts the connections with a live subscription.
+	following int
+	wg        sync.WaitGroup // connections
 }
 
 // NewServer returns a server; call Serve.
@@ -100,8 +149,18 @@ func NewServer(cfg ServerConfig) *Server {
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = 64
 	}
+	if cfg.ReservedConns <= 0 {
+		cfg.ReservedConns = max(1, cfg.MaxConns/8)
+	}
+	cfg.ReservedConns = min(cfg.ReservedConns, cfg.MaxConns-1)
 	if cfg.WriteTimeout <= 0 {
-		cfg.WriteTimeout = 10 * time.Second
+		cfg.WriteTimeout = DefaultWriteTimeout
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.LineTimeout <= 0 {
+		cfg.LineTimeout = DefaultLineTimeout
 	}
 	cfg.PeerPolicy = cfg.PeerPolicy.withDefaults()
 	return &Server{cfg: cfg, log: cfg.Logger, uid: os.Getuid(), started: time.Now(), conns: map[*conn]struct{}{}}
@@ -186,6 +245,16 @@ type conn struct {
 	mu   sync.Mutex
 	subs map[string]*subscription
 	next int
+	// What makes the connection idle or not (see Server), and the read
+	// deadline that follows from it (rearm).
+	inFlight   int       // requests read and not yet answered
+	following  int       // followers running
+	partial    bool      // part of a request line has been read
+	lineStart  time.Time // when that part began
+	lastActive time.Time // the last byte read or the last answer given
+	// end, once set, is why the server ended the connection: the error
+	// line its client gets last.
+	end *Error
 }
 
 // subscription is one follower of the event log.
@@ -214,18 +283,27 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
 	cc := &conn{s: s, c: c, peer: peer, out: make(chan []byte, outQueue), slots: make(chan struct{}, maxInFlight), subs: map[string]*subscription{}}
 	cc.ctx, cc.cancel = context.WithCancel(ctx)
 	defer cc.cancel()
+	cc.lastActive = time.Now()
 	s.mu.Lock()
 	if s.closing.Load() {
 		s.mu.Unlock()
 		return
 	}
-	if len(s.conns) >= s.cfg.MaxConns {
-		s.mu.Unlock()
-		s.refuse(c, CodeLimit, fmt.Sprintf("too many control connections (%d)", s.cfg.MaxConns))
-		return
+	var victim *conn
+	if s.liveConnsLocked() >= s.cfg.MaxConns {
+		if victim = s.idlestLocked(); victim == nil {
+			s.mu.Unlock()
+			s.refuse(c, CodeLimit, fmt.Sprintf("all %d control connections are busy answering requests or following events; retry in a moment", s.cfg.MaxConns))
+			return
+		}
 	}
 	s.conns[cc] = struct{}{}
 	s.mu.Unlock()
+	if victim != nil {
+		s.log.Info("control connection closed to make room for a new one: it was the one idle the longest",
+			"uid", victim.peer.UID, "pid", victim.peer.PID, "max_conns", s.cfg.MaxConns)
+		victim.close()
+	}
 	defer func() {
 		s.mu.Lock()
 		delete(s.conns, cc)
@@ -239,6 +317,13 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
 		cc.writer()
 	}()
 	cc.read()
+	cc.mu.Lock()
+	end := cc.end
+	cc.mu.Unlock()
+	if end != nil {
+		// Queued after any answers already queued: the client's last line.
+		cc.sendCtx(context.Background(), response{JSONRPC: "2.0", ID: json.RawMessage("null"), Error: end})
+	}
 	// A client may send its requests and close its side: they are
 	// answered before the connection ends. Subscriptions end with it.
 	cc.requests.Wait()
@@ -260,6 +345,125 @@ func (s *Server) refuse(c *net.UnixConn, code int, msg string) {
 func (cc *conn) close() {
 	cc.cancel()
 	_ = cc.c.CloseRead()
+}
+
+// liveConnsLocked counts the connections that hold a slot: all but those
+// already closed to make room. s.mu is held.
+func (s *Server) liveConnsLocked() int {
+	n := 0
+	for c := range s.conns {
+		c.mu.Lock()
+		if c.end == nil || c.end.Code != CodeLimit {
+			n++
+		}
+		c.mu.Unlock()
+	}
+	return n
+}
+
+// idlestLocked picks the connection idle the longest (with half a line
+// sent counting as idle since its last byte), marks it closed to make
+// room and returns it; nil if no connection is idle. s.mu is held.
+func (s *Server) idlestLocked() *conn {
+	var victim *conn
+	var since time.Time
+	for c := range s.conns {
+		c.mu.Lock()
+		if c.end == nil && c.inFlight == 0 && c.following == 0 && (victim == nil || c.lastActive.Before(since)) {
+			victim, since = c, c.lastActive
+		}
+		c.mu.Unlock()
+	}
+	if victim != nil {
+		victim.mu.Lock()
+		victim.end = Errorf(CodeLimit, "connection closed: all %d control connections were in use and this one had been idle the longest (since %s); reconnect to go on",
+			s.cfg.MaxConns, since.Format(time.TimeOnly))
+		victim.mu.Unlock()
+	}
+	return victim
+}
+
+// deadlineLocked is the read deadline the connection's state calls for:
+// the end of LineTimeout within a line, of IdleTimeout when idle, none
+// otherwise. cc.mu is held.
+func (cc *conn) deadlineLocked() time.Time {
+	switch {
+	case cc.partial:
+		return cc.lineStart.Add(cc.s.cfg.LineTimeout)
+	case cc.inFlight == 0 && cc.following == 0:
+		return cc.lastActive.Add(cc.s.cfg.IdleTimeout)
+	}
+	return time.Time{}
+}
+
+// rearmLocked sets the read deadline from the connection's state; every
+// change of that state calls it, so a Read in progress always waits
+// under the current one. cc.mu is held.
+func (cc *conn) rearmLocked() { _ = cc.c.SetReadDeadline(cc.deadlineLocked()) }
+
+// errEnded stops read's scanner on a connection the server ended.
+var errEnded = errors.New("connection ended by the server")
+
+// ended reports whether the server ended the connection (end is set).
+func (cc *conn) ended() bool {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	return cc.end != nil
+}
+
+// done marks a request answered: the connection may become idle.
+func (cc *conn) done() {
+	cc.mu.Lock()
+	cc.inFlight--
+	cc.lastActive = time.Now()
+	cc.rearmLocked()
+	cc.mu.Unlock()
+}
+
+// Read reads the connection for read's scanner, keeping track of the
+// line in progress and of activity, under the read deadline of the
+// moment. A deadline that passed only because the state changed while
+// Read waited (a request was answered just then) is not a timeout: Read
+// goes on with the new one. A real timeout ends the connection with end
+// set.
+func (cc *conn) Read(p []byte) (int, error) {
+	for {
+		cc.mu.Lock()
+		cc.rearmLocked()
+		cc.mu.Unlock()
+		n, err := cc.c.Read(p)
+		now := time.Now()
+		cc.mu.Lock()
+		if n > 0 {
+			cc.lastActive = now
+			if i := bytes.LastIndexByte(p[:n], '\n'); i >= 0 {
+				cc.partial = i < n-1
+				cc.lineStart = now
+			} else if !cc.partial {
+				cc.partial, cc.lineStart = true, now
+			}
+		}
+		if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+			if d := cc.deadlineLocked(); d.IsZero() || now.Before(d) {
+				cc.mu.Unlock()
+				if n > 0 {
+					return n, nil
+				}
+				continue
+			}
+			if cc.end == nil {
+				if cc.partial {
+					cc.end = Errorf(CodeInvalidRequest, "connection closed: a request line was begun %s ago and not finished (no newline); send each request as one line, within %s",
+						cc.s.cfg.LineTimeout, cc.s.cfg.LineTimeout)
+				} else {
+					cc.end = Errorf(CodeUnavailable, "connection closed: idle for %s (no request, no subscription); reconnect to go on", cc.s.cfg.IdleTimeout)
+				}
+			}
+			cc.s.log.Debug("control connection timed out", "uid", cc.peer.UID, "pid", cc.peer.PID, "reason", cc.end.Message)
+		}
+		cc.mu.Unlock()
+		return n, err
+	}
 }
 
 func userName(uid int) string {
@@ -293,8 +497,17 @@ type notification struct {
 // read parses lines until EOF or an overlong line, and runs each request
 // on a goroutine of its own (at most maxInFlight at once).
 func (cc *conn) read() {
-	sc := bufio.NewScanner(cc.c)
+	sc := bufio.NewScanner(cc) // cc.Read: deadlines, see Server
 	sc.Buffer(make([]byte, 0, 4096), maxLine)
+	sc.Split(func(data []byte, atEOF bool) (int, []byte, error) {
+		// A client that closes its side after a last line without a
+		// newline has that line answered; the half line of a connection
+		// the server ended (timed out, closed to make room) is dropped.
+		if atEOF && cc.ended() {
+			return 0, nil, errEnded
+		}
+		return bufio.ScanLines(data, atEOF)
+	})
 	for sc.Scan() {
 		line := bytes.TrimSpace(sc.Bytes())
 		if len(line) == 0 {
@@ -309,14 +522,19 @@ func (cc *conn) read() {
 			cc.send(response{JSONRPC: "2.0", ID: id, Error: rerr})
 			continue
 		}
+		cc.mu.Lock()
+		cc.inFlight++ // before the next Read arms an idle deadline
+		cc.mu.Unlock()
 		select {
 		case cc.slots <- struct{}{}:
 		case <-cc.ctx.Done():
+			cc.done()
 			return
 		}
 		cc.requests.Add(1)
 		go func() {
 			defer cc.requests.Done()
+			defer cc.done()
 			defer func() { <-cc.slots }()
 			cc.handle(req)
 		}()
@@ -652,11 +870,24 @@ func (cc *conn) subscribe(params json.RawMessage) (any, func(), error) {
 		}
 		cursor = seq
 	}
+	s := cc.s
+	s.mu.Lock()
 	cc.mu.Lock()
 	if len(cc.subs) >= MaxSubscriptions {
 		cc.mu.Unlock()
+		s.mu.Unlock()
 		return nil, nil, Errorf(CodeLimit, "at most %d subscriptions per connection", MaxSubscriptions)
 	}
+	if cc.following == 0 && s.following >= s.cfg.MaxConns-s.cfg.ReservedConns {
+		cc.mu.Unlock()
+		s.mu.Unlock()
+		return nil, nil, Errorf(CodeLimit, "%d control connections already follow events, the most allowed (%d of %d are kept for commands): subscribe on one of them, or end one (bcpgw events --follow, bcpgw approvals)",
+			s.cfg.MaxConns-s.cfg.ReservedConns, s.cfg.ReservedConns, s.cfg.MaxConns)
+	}
+	if cc.following == 0 {
+		s.following++
+	}
+	cc.following++ // never idle from now until its follower returns
 	cc.next++
 	id := "sub-" + strconv.Itoa(cc.next)
 	ctx, stop := context.WithCancel(cc.ctx)
@@ -664,10 +895,12 @@ func (cc *conn) subscribe(params json.RawMessage) (any, func(), error) {
 	cc.subs[id] = sub
 	cc.followers.Add(1) // before the response, so the connection's end waits for the follower
 	cc.mu.Unlock()
+	s.mu.Unlock()
 	start := func() {
 		go func() {
 			defer cc.followers.Done()
 			defer close(sub.done)
+			defer cc.unfollow()
 			defer stop()
 			cc.follow(ctx, id, cursor, p.Types)
 		}()
@@ -677,6 +910,19 @@ func (cc *conn) subscribe(params json.RawMessage) (any, func(), error) {
 		res.PrunedBefore, res.Notice = pruned, prunedNotice(pruned)
 	}
 	return res, start, nil
+}
+
+// unfollow counts a follower gone; the connection may become idle.
+func (cc *conn) unfollow() {
+	cc.s.mu.Lock()
+	cc.mu.Lock()
+	if cc.following--; cc.following == 0 {
+		cc.s.following--
+	}
+	cc.lastActive = time.Now()
+	cc.rearmLocked()
+	cc.mu.Unlock()
+	cc.s.mu.Unlock()
 }
 
 // follow sends every event after cursor, then each new one as it is

@@ -1,6 +1,7 @@
 package control
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -290,17 +291,54 @@ func TestRequiredParams(t *testing.T) {
 	}
 }
 
-func TestMaxConns(t *testing.T) {
-	ts := startServer(t, newFakeBackend(), ServerConfig{MaxConns: 1})
-	first := dial(t, ts.path)
-	if _, err := first.Status(callCtx(t)); err != nil {
-		t.Fatal(err)
-	}
+// busyBackend is a fake backend whose Agents call waits until release
+// is closed (or its connection ends): a request in flight, which keeps
+// its connection from being idle.
+func busyBackend(t *testing.T) (fb *fakeBackend, release chan struct{}) {
+	fb, release = newFakeBackend(), make(chan struct{})
+	fb.setHook(func(ctx context.Context, method string) error {
+		if method == "Agents" {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+		return nil
+	})
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	return fb, release
+}
 
-	// The second is refused with one error line. Its call fails; with
-	// what depends on a race (see the report: the write may fail with
-	// EPIPE before the refusal is read), but the connection's end
-	// reason is the refusal.
+// holdBusy starts an Agents call on cl that stays in flight until
+// release, and waits until the backend has it.
+func holdBusy(t *testing.T, fb *fakeBackend, cl *Client) <-chan error {
+	t.Helper()
+	before := len(fb.callsOf("Agents"))
+	errc := make(chan error, 1)
+	go func() {
+		_, err := cl.Agents(callCtx(t))
+		errc <- err
+	}()
+	eventually(t, "the Agents call to be in flight", func() bool { return len(fb.callsOf("Agents")) > before })
+	return errc
+}
+
+func TestMaxConns(t *testing.T) {
+	fb, release := busyBackend(t)
+	ts := startServer(t, fb, ServerConfig{MaxConns: 1})
+	first := dial(t, ts.path)
+	busy := holdBusy(t, fb, first)
+
+	// With the one slot busy answering a request, the second is refused
+	// with one error line. Its call fails; with what depends on a race
+	// (see the report: the write may fail with EPIPE before the refusal
+	// is read), but the connection's end reason is the refusal.
 	second := dial(t, ts.path)
 	if _, err := second.Status(callCtx(t)); err == nil {
 		t.Fatal("status on a connection over MaxConns succeeded")
@@ -311,12 +349,27 @@ func TestMaxConns(t *testing.T) {
 		t.Errorf("a call after the refusal: %v, want the refusal (code %d)", err, CodeLimit)
 	}
 
-	// The first is still served, and its slot is free once it goes.
+	// The first is still served.
+	close(release)
+	if err := <-busy; err != nil {
+		t.Fatalf("the call in flight: %v", err)
+	}
 	if _, err := first.Status(callCtx(t)); err != nil {
 		t.Fatalf("first connection after the refusal: %v", err)
 	}
-	first.Close()
-	eventually(t, "the first connection to be gone", func() bool { return ts.connCount() == 0 })
+
+	// Now idle, it gives its slot to a new connection, and hears why.
+	third := dial(t, ts.path)
+	if _, err := third.Status(callCtx(t)); err != nil {
+		t.Fatalf("a new connection while the only slot is idle: %v", err)
+	}
+	waitClosed(t, "the idle first connection's Done", first.Done())
+	wantCode(t, first.Err(), CodeLimit)
+	if !strings.Contains(first.Err().Error(), "idle the longest") {
+		t.Errorf("the closed connection's reason: %v", first.Err())
+	}
+	third.Close()
+	eventually(t, "the connections to be gone", func() bool { return ts.connCount() == 0 })
 	if _, err := dial(t, ts.path).Status(callCtx(t)); err != nil {
 		t.Fatalf("a new connection once the slot is free: %v", err)
 	}
@@ -351,11 +404,9 @@ func TestClientConcurrentCalls(t *testing.T) {
 // A call on a refused connection reports the refusal, not the broken
 // pipe it may meet writing its request.
 func TestRefusedCallReportsRefusal(t *testing.T) {
-	ts := startServer(t, newFakeBackend(), ServerConfig{MaxConns: 1})
-	first := dial(t, ts.path)
-	if _, err := first.Status(callCtx(t)); err != nil {
-		t.Fatal(err)
-	}
+	fb, _ := busyBackend(t)
+	ts := startServer(t, fb, ServerConfig{MaxConns: 1})
+	holdBusy(t, fb, dial(t, ts.path))
 	for i := range 50 {
 		cl := dial(t, ts.path)
 		_, err := cl.Status(callCtx(t))
