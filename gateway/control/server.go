@@ -317,16 +317,16 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
 		cc.writer()
 	}()
 	cc.read()
+	// A client may send its requests and close its side: they are
+	// answered before the connection ends. Subscriptions end with it.
+	cc.requests.Wait()
 	cc.mu.Lock()
 	end := cc.end
 	cc.mu.Unlock()
 	if end != nil {
-		// Queued after any answers already queued: the client's last line.
+		// After the answers: the client reads nothing past this line.
 		cc.sendCtx(context.Background(), response{JSONRPC: "2.0", ID: json.RawMessage("null"), Error: end})
 	}
-	// A client may send its requests and close its side: they are
-	// answered before the connection ends. Subscriptions end with it.
-	cc.requests.Wait()
 	cc.cancel()
 	cc.followers.Wait()
 	close(cc.out)
@@ -348,12 +348,13 @@ func (cc *conn) close() {
 }
 
 // liveConnsLocked counts the connections that hold a slot: all but those
-// already closed to make room. s.mu is held.
+// the server has ended (timed out, closed to make room), which are on
+// their way out. s.mu is held.
 func (s *Server) liveConnsLocked() int {
 	n := 0
 	for c := range s.conns {
 		c.mu.Lock()
-		if c.end == nil || c.end.Code != CodeLimit {
+		if c.end == nil {
 			n++
 		}
 		c.mu.Unlock()

@@ -314,3 +314,24 @@ func TestSubscribedConnectionNotCut(t *testing.T) {
 	waitClosed(t, "the unsubscribed client's Done", cl.Done())
 	wantCode(t, cl.Err(), CodeUnavailable)
 }
+
+// A line that times out while a request is in flight ends the
+// connection after that request is answered: the answer comes first,
+// then the error line.
+func TestLineTimeoutAnswersRequestInFlight(t *testing.T) {
+	const line = 200 * time.Millisecond
+	fb, release := busyBackend(t)
+	ts := startServer(t, fb, ServerConfig{LineTimeout: line})
+	rc := dialRaw(t, ts.path)
+	rc.writeLine(reqLine(1, MethodAgentsList, nil))
+	eventually(t, "the Agents call to be in flight", func() bool { return len(fb.callsOf("Agents")) == 1 })
+	if _, err := rc.c.Write([]byte(`{"jsonrpc":"2.0","id":2,`)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * line)
+	close(release)
+	if m := rc.readMsg(); m.Error != nil || string(m.ID) != "1" {
+		t.Fatalf("first line: %+v, want the answer to request 1", m)
+	}
+	wantClosedWith(t, rc, CodeInvalidRequest, "not finished")
+}
