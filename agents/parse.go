@@ -60,10 +60,14 @@ func parseFile(path string, data []byte) (*Definition, []*ParseError) {
 	return def, d.errs
 }
 
-func parse(d *decoder, data []byte) *Definition {
-	whole := func(format string, args ...any) *Definition {
+// frontmatter checks data as a definition file (size, text, one closed
+// YAML block holding one map) and returns that map and the body after
+// it. On failure it reports why and returns nil. required names the keys
+// an empty frontmatter is told to hold.
+func (d *decoder) frontmatter(data []byte, required string) (*yaml.Node, string) {
+	whole := func(format string, args ...any) (*yaml.Node, string) {
 		d.errorf(0, "", format, args...)
-		return nil
+		return nil, ""
 	}
 	switch {
 	case len(data) > MaxFileBytes:
@@ -80,17 +84,17 @@ func parse(d *decoder, data []byte) *Definition {
 	}
 	if !fm.closed {
 		d.errorf(1, "", "frontmatter is not closed: add a --- line after the YAML")
-		return nil
+		return nil, ""
 	}
 	if line, r, ok := controlChar(fm.yaml); ok {
 		d.errorf(line+d.offset, "", "invalid YAML: control character U+%04X (only tab, newline and carriage return are allowed)", r)
-		return nil
+		return nil, ""
 	}
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(fm.yaml))
 	if err := dec.Decode(&doc); err != nil && err != io.EOF {
 		d.yamlError(err, fm.yaml)
-		return nil
+		return nil, ""
 	}
 	// A "--- # comment" or "..." line inside the frontmatter starts a
 	// second YAML document, which yaml.Unmarshal would silently ignore
@@ -98,24 +102,31 @@ func parse(d *decoder, data []byte) *Definition {
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err != io.EOF {
 		d.errorf(documentMarker(fm.yaml)+d.offset, "", "frontmatter holds more than one YAML document (a \"---\" or \"...\" line inside it); keep all fields in one block")
-		return nil
+		return nil, ""
 	}
 	if len(doc.Content) == 0 {
-		d.errorf(1, "", "frontmatter is empty: at least name and runtime are required")
-		return nil
+		d.errorf(1, "", "frontmatter is empty: at least %s are required", required)
+		return nil, ""
 	}
 	root := doc.Content[0]
 	if root.Kind != yaml.MappingNode {
 		d.fail(root, "", "frontmatter must be a map of fields, got %s", describe(root))
-		return nil
+		return nil, ""
 	}
 	d.lines[""] = 1
+	return root, strings.TrimSpace(string(data[fm.bodyStart:]))
+}
 
+func parse(d *decoder, data []byte) *Definition {
+	root, body := d.frontmatter(data, "name and runtime")
+	if root == nil {
+		return nil
+	}
 	def := &Definition{
 		File:         d.file,
 		IdleTimeout:  DefaultIdleTimeout,
 		Sandbox:      Sandbox{Network: Network{Mode: NetworkNone}},
-		SystemPrompt: strings.TrimSpace(string(data[fm.bodyStart:])),
+		SystemPrompt: body,
 		lines:        d.lines,
 	}
 	d.mapping(root, "", fields{

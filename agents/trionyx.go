@@ -1,9 +1,7 @@
 package agents
 
 import (
-	"bytes"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"os"
@@ -13,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 
@@ -147,59 +144,17 @@ func (t *triOnyx) warn(path, format string, args ...any) {
 // parse reads the frontmatter as parse does, then TriOnyx's keys.
 func (t *triOnyx) parse(d *decoder, data []byte) *Definition {
 	t.d = d
-	whole := func(format string, args ...any) *Definition {
-		d.errorf(0, "", format, args...)
+	root, body := d.frontmatter(data, "name and tools")
+	if root == nil {
 		return nil
 	}
-	switch {
-	case len(data) > MaxFileBytes:
-		return whole("file is %d bytes; a definition may be at most %d", len(data), MaxFileBytes)
-	case len(bytes.TrimSpace(data)) == 0:
-		return whole("file is empty: a definition starts with YAML frontmatter between --- lines")
-	case !utf8.Valid(data) || bytes.IndexByte(data, 0) >= 0:
-		return whole("file is not UTF-8 text (binary bytes found)")
-	}
-	data = bytes.TrimPrefix(data, []byte("\uFEFF"))
-	fm := findFrontmatter(data)
-	if fm == nil {
-		return whole("no frontmatter: the file must start with a --- line, then YAML, then another --- line")
-	}
-	if !fm.closed {
-		d.errorf(1, "", "frontmatter is not closed: add a --- line after the YAML")
-		return nil
-	}
-	if line, r, ok := controlChar(fm.yaml); ok {
-		d.errorf(line+d.offset, "", "invalid YAML: control character U+%04X (only tab, newline and carriage return are allowed)", r)
-		return nil
-	}
-	var doc yaml.Node
-	dec := yaml.NewDecoder(bytes.NewReader(fm.yaml))
-	if err := dec.Decode(&doc); err != nil && err != io.EOF {
-		d.yamlError(err, fm.yaml)
-		return nil
-	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err != io.EOF {
-		d.errorf(documentMarker(fm.yaml)+d.offset, "", "frontmatter holds more than one YAML document (a \"---\" or \"...\" line inside it); keep all fields in one block")
-		return nil
-	}
-	if len(doc.Content) == 0 {
-		d.errorf(1, "", "frontmatter is empty: at least name and tools are required")
-		return nil
-	}
-	root := doc.Content[0]
-	if root.Kind != yaml.MappingNode {
-		d.fail(root, "", "frontmatter must be a map of fields, got %s", describe(root))
-		return nil
-	}
-	d.lines[""] = 1
 	def := &Definition{
 		File:        d.file,
 		IdleTimeout: DefaultIdleTimeout,
 		Model:       TriOnyxDefaultModel,
 		// TriOnyx's own runtime, unless runtime_dialect says otherwise.
 		Dialect:      DialectTriOnyx,
-		SystemPrompt: strings.TrimSpace(string(data[fm.bodyStart:])),
+		SystemPrompt: body,
 		lines:        d.lines,
 	}
 	var network, fsRead, fsWrite, heartbeat *yaml.Node
