@@ -264,6 +264,14 @@ func StartSession(ctx context.Context, cfg SessionConfig) (*Session, error) {
 	if err != nil {
 		return fail(err)
 	}
+	// Until run owns the session (its finish closes the sandbox's status
+	// pipe), a failed start closes it here.
+	owned := false
+	defer func() {
+		if !owned && s.sandbox != nil {
+			s.sandbox.Close()
+		}
+	}()
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return fail(err)
@@ -359,6 +367,7 @@ func StartSession(ctx context.Context, cfg SessionConfig) (*Session, error) {
 		exited <- err
 	}()
 	go s.run(lines, exited)
+	owned = true
 
 	select {
 	case <-s.ready:
