@@ -73,7 +73,12 @@ type pushPath func(b *testing.B, dir string, reader, controller []string)
 func runPushes(b *testing.B, path pushPath, n, rate int) []timing {
 	b.Helper()
 	dir := b.TempDir()
-	out := filepath.Join(dir, "timings")
+	// In the controller's default workdir (the gateway's state is dir):
+	// the only place of dir its sandbox can write.
+	out := filepath.Join(agents.DefaultWorkdir(dir, "main"), "timings")
+	if err := os.MkdirAll(filepath.Dir(out), 0o700); err != nil {
+		b.Fatal(err)
+	}
 	path(b, dir,
 		[]string{benchrtPath, "reader", fmt.Sprint(n), fmt.Sprint(rate)},
 		[]string{benchrtPath, "controller", fmt.Sprint(n), out})
