@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // The benchmarks write to real files with synchronous=FULL, so they
@@ -141,4 +142,85 @@ func BenchmarkRawInsertPerTx(b *testing.B) {
 		}
 	}
 	reportOpsPerSec(b)
+}
+
+// BenchmarkPushCycle is every write of one push, as the gateway makes
+// them, flat out: the delivery and publish_accepted (reported when
+// durable), then, from another goroutine as the outbox would, delivery_sent
+// (with the exposure it counts) and delivery_acked with the delivery
+// finished. ops/s is pushes per second.
+func BenchmarkPushCycle(b *testing.B) {
+	s := openT(b, filepath.Join(b.TempDir(), "state.db"))
+	s.Append(Event{Time: t0, Kind: "session_started", Agent: "main", Ref: "ses-1"})
+	proto := *sampleDelivery(1)
+	accepted := make(chan Delivery, b.N) // the callback runs on the writer: it must not block
+	failed := make(chan error, 1)
+	b.ResetTimer()
+	go func() {
+		for i := range b.N {
+			s.AddDeliveryThen(proto, []Event{{Time: t0, Kind: "publish_accepted", Agent: proto.Reader, Peer: proto.Controller}},
+				func(d Delivery, err error) {
+					if err != nil && i == 0 {
+						failed <- err
+					}
+					accepted <- d
+				})
+		}
+	}()
+	for range b.N {
+		d := <-accepted
+		s.MarkAttempted(d.ID, Event{Time: t0, Kind: "delivery_sent", Agent: d.Controller, Peer: d.Reader, Category: 2, Bits: d.Bits})
+		s.FinishDelivery(d.ID, DeliveryDelivered, "", t0, Event{Time: t0, Kind: "delivery_acked", Agent: d.Controller, Peer: d.Reader})
+	}
+	barrier(b, s)
+	b.StopTimer()
+	select {
+	case err := <-failed:
+		b.Fatal(err)
+	default:
+	}
+	reportOpsPerSec(b)
+}
+
+// BenchmarkPruneBatch is one pruning commit at full size: pruneBatch
+// finished deliveries and pruneBatch events deleted (what it adds to the
+// commit it shares with pushes).
+func BenchmarkPruneBatch(b *testing.B) {
+	s := openT(b, filepath.Join(b.TempDir(), "state.db"))
+	ctx := context.Background()
+	d := sampleDelivery(1)
+	anomalies, err := json.Marshal(d.Anomalies)
+	if err != nil {
+		b.Fatal(err)
+	}
+	fill := func() {
+		err := s.write(ctx, func(tx *wtx) error {
+			for range pruneBatch {
+				if _, err := tx.Exec(sqlInsertDelivery, NewID("dl-", 16), d.Controller, d.Reader, d.SubscriptionID, d.QueryID,
+					d.RequestID, d.ApprovalID, int(d.Category), string(d.Response), string(anomalies), d.Bits, millis(t0)); err != nil {
+					return err
+				}
+				if _, err := tx.Exec(`UPDATE deliveries SET state = 'delivered', done_at = ? WHERE seq = last_insert_rowid()`, millis(t0)); err != nil {
+					return err
+				}
+				if err := insertEvents(tx, []Event{{Time: t0, Kind: "delivery_acked", Agent: "main", Peer: "r", Detail: "main acknowledged delivery dl-xxxxxxxxxxxxxxxx"}}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		fill()
+		b.StartTimer()
+		r, err := s.pruneBatch(ctx, t0.Add(time.Hour), pruneBatch)
+		if err != nil || r.Deliveries != pruneBatch || r.Events != pruneBatch {
+			b.Fatalf("pruneBatch = %+v, %v", r, err)
+		}
+	}
 }
