@@ -14,7 +14,20 @@ import (
 // agent whose runtime could not start in its sandbox is named, with what
 // to add, and the exit status says so.
 func TestDoctor(t *testing.T) {
-	r := run(t, runOpts{}, "doctor", examples, "--state", t.TempDir())
+	// The shipped examples, with the demo runtime this test built (a
+	// fresh clone has no bin/).
+	ex := t.TempDir()
+	for _, name := range []string{"main.md", "researcher.md"} {
+		b, err := os.ReadFile(filepath.Join(examples, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b = []byte(strings.Replace(string(b), "../../bin/demo-agent", demoAgent, 1))
+		if err := os.WriteFile(filepath.Join(ex, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := run(t, runOpts{}, "doctor", ex, "--state", t.TempDir())
 	if r.code != 0 {
 		t.Fatalf("doctor on the examples:\n%s", r)
 	}
