@@ -86,36 +86,48 @@ func recordExposure(tx execer, e *Event) error {
 	return nil
 }
 
+// backfillPage is how many events backfillExposure reads at a time (a
+// variable for tests).
+var backfillPage = 10000
+
 // backfillExposure fills the exposure tables from the events stored
-// before they existed (migration 3), in the order they were stored.
+// before they existed (migration 3), in the order they were stored, a
+// page at a time.
 func backfillExposure(tx *sql.Tx) error {
-	rows, err := tx.Query(`SELECT time, kind, agent, peer, category, bits, ref FROM events
-		WHERE kind IN ('session_started', 'session_stopped', 'session_crashed', 'delivery_sent', 'delivery_retried')
-		ORDER BY seq`)
-	if err != nil {
-		return err
-	}
-	var evs []Event
-	for rows.Next() {
-		var e Event
-		var t int64
-		if err := rows.Scan(&t, &e.Kind, &e.Agent, &e.Peer, &e.Category, &e.Bits, &e.Ref); err != nil {
-			rows.Close()
+	page := backfillPage
+	var after int64
+	for {
+		rows, err := tx.Query(`SELECT seq, time, kind, agent, peer, category, bits, ref FROM events
+			WHERE kind IN ('session_started', 'session_stopped', 'session_crashed', 'delivery_sent', 'delivery_retried')
+			AND seq > ? ORDER BY seq LIMIT ?`, after, page)
+		if err != nil {
 			return err
 		}
-		e.Time = fromMillis(t)
-		evs = append(evs, e)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	for i := range evs {
-		if err := recordExposure(tx, &evs[i]); err != nil {
-			return fmt.Errorf("exposure from events: %w", err)
+		var evs []Event
+		for rows.Next() {
+			var e Event
+			var t int64
+			if err := rows.Scan(&e.Seq, &t, &e.Kind, &e.Agent, &e.Peer, &e.Category, &e.Bits, &e.Ref); err != nil {
+				rows.Close()
+				return err
+			}
+			e.Time = fromMillis(t)
+			evs = append(evs, e)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for i := range evs {
+			if err := recordExposure(tx, &evs[i]); err != nil {
+				return fmt.Errorf("exposure from event %d: %w", evs[i].Seq, err)
+			}
+			after = evs[i].Seq
+		}
+		if len(evs) < page {
+			return nil
 		}
 	}
-	return nil
 }
 
 // Exposure returns what each session of agent (of every agent when

@@ -135,6 +135,9 @@ func TestExposureFromEventsStoredBeforeIt(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
+	page := backfillPage
+	backfillPage = 4 // several pages
+	t.Cleanup(func() { backfillPage = page })
 	s := openT(t, path)
 	if got, want := mustExposure(t, s, ""), wantExposureLog(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Exposure after migrating = %+v\nwant %+v", got, want)

@@ -9,6 +9,14 @@
 // (group commit): under load, many publishes share one fsync, so
 // durability costs latency, not throughput. Reads use a separate pool and
 // never wait for writes.
+//
+// What the store keeps is bounded, for a gateway that runs for months: the
+// writer checkpoints and truncates the write-ahead log between two
+// commits once it passes a limit (DefaultWALCheckpointSize), and Retention
+// prunes finished deliveries, decided approval items and old events in
+// small commits (retention.go). The exposure report's figures are kept in
+// tables of their own, updated with the events they come from, so that
+// they outlive those events (exposure.go).
 package store
 
 import (
