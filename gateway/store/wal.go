@@ -78,7 +78,16 @@ func (s *Store) checkpointWAL() bool {
 	if _, err := s.wdb.Exec(`PRAGMA busy_timeout = ` + itoa(walBusyTimeoutMS)); err != nil {
 		return false
 	}
-	defer s.wdb.Exec(`PRAGMA busy_timeout = ` + itoa(busyTimeoutMS))
+	defer func() {
+		// The writer's ordinary commits need their full busy timeout
+		// back: a failed restore is tried again rather than left at the
+		// checkpoint's short one.
+		for i := 0; i < 3; i++ {
+			if _, err := s.wdb.Exec(`PRAGMA busy_timeout = ` + itoa(busyTimeoutMS)); err == nil {
+				return
+			}
+		}
+	}()
 	var busy, logFrames, checkpointed int
 	if err := s.wdb.QueryRow(`PRAGMA wal_checkpoint(TRUNCATE)`).Scan(&busy, &logFrames, &checkpointed); err != nil {
 		return false
