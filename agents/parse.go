@@ -151,28 +151,7 @@ func parse(d *decoder, data []byte) *Definition {
 				def.Workdir, _ = d.localPath(n, p, s)
 			}
 		},
-		"env": func(n *yaml.Node, p string) {
-			def.Env = map[string]string{}
-			env := fields{}
-			if n.Kind == yaml.MappingNode {
-				for i := 0; i+1 < len(n.Content); i += 2 {
-					name := n.Content[i].Value
-					env[name] = func(v *yaml.Node, vp string) {
-						switch {
-						case !envName.MatchString(name):
-							d.fail(v, vp, "%q is not a valid variable name", name)
-						case name == reservedEnv:
-							d.fail(v, vp, "%s is set by the gateway and cannot be overridden", reservedEnv)
-						default:
-							if s, ok := d.str(v, vp); ok {
-								def.Env[name] = s
-							}
-						}
-					}
-				}
-			}
-			d.mapping(n, p, env)
-		},
+		"env":   func(n *yaml.Node, p string) { def.Env = d.env(n, p) },
 		"model": func(n *yaml.Node, p string) { def.Model, _ = d.str(n, p) },
 		"tools": func(n *yaml.Node, p string) { def.Tools, _ = d.list(n, p, splitComma) },
 		"max_turns": func(n *yaml.Node, p string) {
@@ -220,6 +199,32 @@ func parse(d *decoder, data []byte) *Definition {
 	}
 	d.checkChannels(def)
 	return def
+}
+
+// env decodes an env map: variable names checked, the gateway's own
+// variable refused, values kept as written.
+func (d *decoder) env(n *yaml.Node, p string) map[string]string {
+	out := map[string]string{}
+	env := fields{}
+	if n.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			name := n.Content[i].Value
+			env[name] = func(v *yaml.Node, vp string) {
+				switch {
+				case !envName.MatchString(name):
+					d.fail(v, vp, "%q is not a valid variable name", name)
+				case name == reservedEnv:
+					d.fail(v, vp, "%s is set by the gateway and cannot be overridden", reservedEnv)
+				default:
+					if s, ok := d.str(v, vp); ok {
+						out[name] = s
+					}
+				}
+			}
+		}
+	}
+	d.mapping(n, p, env)
+	return out
 }
 
 // failed reports whether an error was already reported at path.

@@ -213,7 +213,7 @@ func (t *triOnyx) parse(d *decoder, data []byte) *Definition {
 			}
 			def.Runtime = argv
 		},
-		"env":       func(n *yaml.Node, p string) { t.env(n, p, def) },
+		"env":       func(n *yaml.Node, p string) { def.Env = d.env(n, p) },
 		"autostart": func(n *yaml.Node, p string) { def.Autostart, _ = d.boolean(n, p) },
 		"max_turns": func(n *yaml.Node, p string) { def.MaxTurns, _ = d.atLeast(n, p, 0) },
 		"runtime_dialect": func(n *yaml.Node, p string) {
@@ -283,31 +283,6 @@ func (t *triOnyx) parse(d *decoder, data []byte) *Definition {
 	t.paths(fsRead, fsWrite, def)
 	d.checkChannels(def)
 	return def
-}
-
-// env decodes the env key as bcpgw does.
-func (t *triOnyx) env(n *yaml.Node, p string, def *Definition) {
-	d := t.d
-	def.Env = map[string]string{}
-	env := fields{}
-	if n.Kind == yaml.MappingNode {
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			name := n.Content[i].Value
-			env[name] = func(v *yaml.Node, vp string) {
-				switch {
-				case !envName.MatchString(name):
-					d.fail(v, vp, "%q is not a valid variable name", name)
-				case name == reservedEnv:
-					d.fail(v, vp, "%s is set by the gateway and cannot be overridden", reservedEnv)
-				default:
-					if s, ok := d.str(v, vp); ok {
-						def.Env[name] = s
-					}
-				}
-			}
-		}
-	}
-	d.mapping(n, p, env)
 }
 
 // unenforced checks the value of a key bcpgw does not enforce as TriOnyx
