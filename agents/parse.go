@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"maps"
 	"regexp"
 	"strconv"
 	"strings"
@@ -364,24 +365,8 @@ func (d *decoder) cron(n *yaml.Node, path string) (CronSchedule, bool) {
 func (d *decoder) channel(n *yaml.Node, path string, idx int) *Channel {
 	c := &Channel{index: idx}
 	var subs *yaml.Node
-	ok := d.mapping(n, path, fields{
-		"peer": func(n *yaml.Node, p string) {
-			if s, good := d.str(n, p); good {
-				if !agentName.MatchString(s) {
-					d.fail(n, p, "%q is not a valid agent name", s)
-					return
-				}
-				c.Peer = s
-			}
-		},
-		"role": func(n *yaml.Node, p string) {
-			s, good := d.str(n, p)
-			if good && s != string(RoleController) && s != string(RoleReader) {
-				d.fail(n, p, "must be controller or reader, got %q", s)
-				return
-			}
-			c.Role = Role(s)
-		},
+	fs := d.channelFields(c)
+	maps.Copy(fs, fields{
 		"max_category": func(n *yaml.Node, p string) {
 			if v, good := d.integer(n, p); good {
 				if v < 1 || v > 3 {
@@ -400,11 +385,9 @@ func (d *decoder) channel(n *yaml.Node, path string, idx int) *Channel {
 				c.BudgetBits = v
 			}
 		},
-		"max_cat2_queries": func(n *yaml.Node, p string) { c.MaxCat2Queries, _ = d.atLeast(n, p, 0) },
-		"max_cat3_queries": func(n *yaml.Node, p string) { c.MaxCat3Queries, _ = d.atLeast(n, p, 0) },
-		"subscriptions":    func(n *yaml.Node, p string) { subs = n },
+		"subscriptions": func(n *yaml.Node, p string) { subs = n },
 	})
-	if !ok {
+	if !d.mapping(n, path, fs) {
 		return nil
 	}
 	for _, key := range []string{"peer", "role", "max_category", "budget_bits"} {
@@ -412,16 +395,51 @@ func (d *decoder) channel(n *yaml.Node, path string, idx int) *Channel {
 			d.fail(n, join(path, key), "required")
 		}
 	}
-	if subs == nil {
-		return c
+	d.subscriptions(subs, join(path, "subscriptions"), c, nil)
+	return c
+}
+
+// channelFields decodes the keys every channel has, bcpgw's or TriOnyx's:
+// peer, role and the query counters.
+func (d *decoder) channelFields(c *Channel) fields {
+	return fields{
+		"peer": func(n *yaml.Node, p string) {
+			if s, good := d.str(n, p); good {
+				if !agentName.MatchString(s) {
+					d.fail(n, p, "%q is not a valid agent name", s)
+					return
+				}
+				c.Peer = s
+			}
+		},
+		"role": func(n *yaml.Node, p string) {
+			s, good := d.str(n, p)
+			if good && s != string(RoleController) && s != string(RoleReader) {
+				d.fail(n, p, "must be controller or reader, got %q", s)
+				return
+			}
+			c.Role = Role(s)
+		},
+		"max_cat2_queries": func(n *yaml.Node, p string) { c.MaxCat2Queries, _ = d.atLeast(n, p, 0) },
+		"max_cat3_queries": func(n *yaml.Node, p string) { c.MaxCat3Queries, _ = d.atLeast(n, p, 0) },
 	}
-	sp := join(path, "subscriptions")
+}
+
+// subscriptions decodes a controller side's subscriptions into c, each
+// id once; prepare, if set, adjusts each item's YAML first.
+func (d *decoder) subscriptions(subs *yaml.Node, sp string, c *Channel, prepare func(*yaml.Node)) {
+	if subs == nil {
+		return
+	}
 	if c.Role == RoleReader {
 		d.fail(subs, sp, "only a controller declares subscriptions (this side is the reader)")
-		return c
+		return
 	}
 	seen := map[string]string{}
 	d.sequence(subs, sp, func(item *yaml.Node, ip string) {
+		if prepare != nil {
+			prepare(item)
+		}
 		s := d.subscription(item, ip, c.MaxCategory)
 		if s == nil {
 			return
@@ -433,7 +451,6 @@ func (d *decoder) channel(n *yaml.Node, path string, idx int) *Channel {
 		seen[s.ID] = ip
 		c.Subscriptions = append(c.Subscriptions, s)
 	})
-	return c
 }
 
 func (d *decoder) subscription(n *yaml.Node, path string, max bcp.Category) *Subscription {

@@ -2,6 +2,7 @@ package agents
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -572,24 +573,8 @@ func (t *triOnyx) channel(n *yaml.Node, path string, idx int) *Channel {
 	d := t.d
 	c := &Channel{index: idx, BudgetBits: UnlimitedBudget, MaxCat2Queries: UnlimitedQueries, MaxCat3Queries: UnlimitedQueries}
 	var subs, rates *yaml.Node
-	ok := d.mapping(n, path, fields{
-		"peer": func(n *yaml.Node, p string) {
-			if s, good := d.str(n, p); good {
-				if !agentName.MatchString(s) {
-					d.fail(n, p, "%q is not a valid agent name", s)
-					return
-				}
-				c.Peer = s
-			}
-		},
-		"role": func(n *yaml.Node, p string) {
-			s, good := d.str(n, p)
-			if good && s != string(RoleController) && s != string(RoleReader) {
-				d.fail(n, p, "must be controller or reader, got %q", s)
-				return
-			}
-			c.Role = Role(s)
-		},
+	fs := d.channelFields(c)
+	maps.Copy(fs, fields{
 		"rates":         func(n *yaml.Node, p string) { rates = n },
 		"subscriptions": func(n *yaml.Node, p string) { subs = n },
 		"budget_bits": func(n *yaml.Node, p string) {
@@ -601,13 +586,11 @@ func (t *triOnyx) channel(n *yaml.Node, path string, idx int) *Channel {
 				c.BudgetBits = min(v, UnlimitedBudget)
 			}
 		},
-		"max_cat2_queries": func(n *yaml.Node, p string) { c.MaxCat2Queries, _ = d.atLeast(n, p, 0) },
-		"max_cat3_queries": func(n *yaml.Node, p string) { c.MaxCat3Queries, _ = d.atLeast(n, p, 0) },
 		"max_category": func(n *yaml.Node, p string) {
 			d.fail(n, p, "not used with --compat trionyx: the highest category rates does not deny is the channel's max_category")
 		},
 	})
-	if !ok {
+	if !d.mapping(n, path, fs) {
 		return nil
 	}
 	for _, key := range []string{"peer", "role", "rates"} {
@@ -621,28 +604,7 @@ func (t *triOnyx) channel(n *yaml.Node, path string, idx int) *Channel {
 			c.MaxCategory = c.Rates.MaxCategory()
 		}
 	}
-	if subs == nil {
-		return c
-	}
-	sp := join(path, "subscriptions")
-	if c.Role == RoleReader {
-		d.fail(subs, sp, "only a controller declares subscriptions (this side is the reader)")
-		return c
-	}
-	seen := map[string]string{}
-	d.sequence(subs, sp, func(item *yaml.Node, ip string) {
-		triOnyxQuestions(item)
-		s := d.subscription(item, ip, c.MaxCategory)
-		if s == nil {
-			return
-		}
-		if first, dup := seen[s.ID]; dup && s.ID != "" {
-			d.errorf(d.lines.line(join(ip, "id")), join(ip, "id"), "duplicate subscription id %q (also %s)", s.ID, first)
-			return
-		}
-		seen[s.ID] = ip
-		c.Subscriptions = append(c.Subscriptions, s)
-	})
+	d.subscriptions(subs, join(path, "subscriptions"), c, triOnyxQuestions)
 	return c
 }
 
