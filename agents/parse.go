@@ -180,17 +180,8 @@ func parse(d *decoder, data []byte) *Definition {
 				}
 			})
 		},
-		"sandbox": func(n *yaml.Node, p string) { d.sandbox(n, p, def) },
-		"runtime_dialect": func(n *yaml.Node, p string) {
-			if s, ok := d.str(n, p); ok {
-				switch Dialect(s) {
-				case DialectBCPGW, DialectTriOnyx:
-					def.Dialect = Dialect(s)
-				default:
-					d.fail(n, p, "must be %s or %s, got %q", DialectBCPGW, DialectTriOnyx, s)
-				}
-			}
-		},
+		"sandbox":         func(n *yaml.Node, p string) { d.sandbox(n, p, def) },
+		"runtime_dialect": func(n *yaml.Node, p string) { d.dialect(n, p, def) },
 	})
 	if def.Name == "" && !d.has("name") {
 		d.errorf(1, "name", "required")
@@ -200,6 +191,18 @@ func parse(d *decoder, data []byte) *Definition {
 	}
 	d.checkChannels(def)
 	return def
+}
+
+// dialect decodes runtime_dialect into def.
+func (d *decoder) dialect(n *yaml.Node, p string, def *Definition) {
+	if s, ok := d.str(n, p); ok {
+		switch Dialect(s) {
+		case DialectBCPGW, DialectTriOnyx:
+			def.Dialect = Dialect(s)
+		default:
+			d.fail(n, p, "must be %s or %s, got %q", DialectBCPGW, DialectTriOnyx, s)
+		}
+	}
 }
 
 // env decodes an env map: variable names checked, the gateway's own

@@ -214,19 +214,10 @@ func (t *triOnyx) parse(d *decoder, data []byte) *Definition {
 			}
 			def.Runtime = argv
 		},
-		"env":       func(n *yaml.Node, p string) { def.Env = d.env(n, p) },
-		"autostart": func(n *yaml.Node, p string) { def.Autostart, _ = d.boolean(n, p) },
-		"max_turns": func(n *yaml.Node, p string) { def.MaxTurns, _ = d.atLeast(n, p, 0) },
-		"runtime_dialect": func(n *yaml.Node, p string) {
-			if s, ok := d.str(n, p); ok {
-				switch Dialect(s) {
-				case DialectBCPGW, DialectTriOnyx:
-					def.Dialect = Dialect(s)
-				default:
-					d.fail(n, p, "must be %s or %s, got %q", DialectBCPGW, DialectTriOnyx, s)
-				}
-			}
-		},
+		"env":             func(n *yaml.Node, p string) { def.Env = d.env(n, p) },
+		"autostart":       func(n *yaml.Node, p string) { def.Autostart, _ = d.boolean(n, p) },
+		"max_turns":       func(n *yaml.Node, p string) { def.MaxTurns, _ = d.atLeast(n, p, 0) },
+		"runtime_dialect": func(n *yaml.Node, p string) { d.dialect(n, p, def) },
 		// bcpgw's keys that TriOnyx's say otherwise.
 		"sandbox": func(n *yaml.Node, p string) {
 			d.fail(n, p, "not used with --compat trionyx: fs_read, fs_write and network say what the sandbox allows")
