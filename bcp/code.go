@@ -28,6 +28,10 @@ const (
 	// RateLimited is bcpgw's own: a channel's rate limit (TriOnyx
 	// definitions, --compat trionyx) refused a query or push.
 	RateLimited Code = "rate_limited"
+	// BacklogFull is bcpgw's own: the Controller has too many of this
+	// Reader's deliveries still to acknowledge (bcpgw run --max-backlog).
+	// Nothing was charged; the push may be sent again later.
+	BacklogFull Code = "backlog_full"
 )
 
 // Codes lists every code, in the protocol's order.
@@ -35,7 +39,7 @@ var Codes = []Code{
 	SubscriptionNotFound, ValidationFailed, BudgetExhausted, ApprovalRejected,
 	ApprovalExpired, ControllerUnavailable, NoChannel, CategoryNotAllowed,
 	QueryLimit, QueryNotFound, QueryTimeout, ToolNotAllowed, ProtocolError,
-	RateLimited,
+	RateLimited, BacklogFull,
 }
 
 // Error is a refusal: a code for programs and a detail for people.

@@ -85,6 +85,7 @@ func (g *Gateway) Approve(ctx context.Context, id, sha256 string, by Decider, no
 	if err != nil {
 		return a, err
 	}
+	g.backlog.add(store.Pair{Controller: d.Controller, Reader: d.Reader})
 	g.outbox.enqueue(*d)
 	g.log.Info("approval item approved", "id", a.ID, "by", by.String())
 	g.closeHeld(a, nil)

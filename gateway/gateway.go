@@ -60,6 +60,10 @@ type Config struct {
 	// Metrics, if set, records the gateway's Prometheus metrics (see
 	// NewMetrics).
 	Metrics *Metrics
+	// MaxBacklog is how many deliveries from one Reader may wait for one
+	// Controller before further pushes on that channel are refused with
+	// backlog_full (see backlog). Default DefaultMaxBacklog.
+	MaxBacklog int
 }
 
 // Gateway routes BCP traffic between the sessions of one set of agents:
@@ -76,6 +80,7 @@ type Gateway struct {
 	sched   *scheduler
 	metrics *Metrics    // may be nil
 	rates   rateLimiter // channel rate limits (ratelimit.go)
+	backlog *backlog    // pending deliveries by pair (backlog.go)
 
 	reloadMu sync.Mutex // one reload at a time
 
@@ -126,6 +131,7 @@ func New(cfg Config) (*Gateway, error) {
 		queries: map[string]*pendingQuery{},
 		held:    map[string]heldItem{},
 		running: make(chan struct{}),
+		backlog: newBacklog(cfg.MaxBacklog),
 	}
 	g.set.Store(cfg.Set)
 	if cfg.Metrics != nil {
@@ -170,15 +176,23 @@ func (g *Gateway) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	g.ctx = ctx
-	pending, err := g.cfg.Store.PendingDeliveries(ctx)
+	// Only the counts are read: each Controller's courier reads its
+	// deliveries a page at a time.
+	pending, err := g.cfg.Store.PendingByPair(ctx)
 	if err != nil {
 		return fmt.Errorf("load pending deliveries: %w", err)
 	}
-	if len(pending) > 0 {
-		g.log.Info("resuming deliveries from the state directory", "pending", len(pending))
+	g.backlog.load(pending)
+	total, controllers := 0, map[string]bool{}
+	for p, n := range pending {
+		total += n
+		controllers[p.Controller] = true
 	}
-	for _, d := range pending {
-		g.outbox.enqueue(d)
+	if total > 0 {
+		g.log.Info("resuming deliveries from the state directory", "pending", total, "controllers", len(controllers))
+	}
+	for c := range controllers {
+		g.outbox.resume(c)
 	}
 	g.sched.start(ctx, g.set.Load())
 	close(g.running)

@@ -36,6 +36,9 @@ type Metrics struct {
 	// Read at scrape time.
 	approvalsPending  *prometheus.Desc
 	deliveriesPending *prometheus.Desc
+	deliveriesParked  *prometheus.Desc
+	walHighWater      *prometheus.Desc
+	walCheckpoints    *prometheus.Desc
 	sessions          *prometheus.Desc
 	g                 *Gateway // set by New
 }
@@ -72,7 +75,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"decision"}),
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bcpgw_deliveries_total",
-			Help: "Deliveries that ended, by outcome: acked (the Controller answered result), dropped_revoked, delivery_failed.",
+			Help: "Deliveries that left the outbox, by outcome: acked (the Controller answered result), dropped_revoked, delivery_parked (set aside for an operator after repeated failures).",
 		}, []string{"outcome"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "bcpgw_delivery_latency_seconds",
@@ -103,6 +106,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"Approval items waiting for an operator's decision.", nil, nil),
 		deliveriesPending: prometheus.NewDesc("bcpgw_deliveries_pending",
 			"Deliveries accepted and not yet acknowledged by their Controller.", nil, nil),
+		deliveriesParked: prometheus.NewDesc("bcpgw_deliveries_parked",
+			"Deliveries set aside after repeated failures, waiting for an operator (bcpgw deliveries).", nil, nil),
+		walHighWater: prometheus.NewDesc("bcpgw_store_wal_high_water_bytes",
+			"The largest size the state file's write-ahead log reached since the gateway started.", nil, nil),
+		walCheckpoints: prometheus.NewDesc("bcpgw_store_wal_checkpoints_total",
+			"Checkpoints that truncated the write-ahead log after it passed its limit.", nil, nil),
 		sessions: prometheus.NewDesc("bcpgw_sessions",
 			"Agents by the state of their session (stopped, starting, running, backoff, failed).", []string{"state"}, nil),
 	}
@@ -112,7 +121,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.answers.WithLabelValues(o, "")
 	}
 	m.queries.WithLabelValues("sent", "")
-	for _, o := range []string{"acked", "dropped_revoked", "delivery_failed"} {
+	for _, o := range []string{"acked", "dropped_revoked", "delivery_parked"} {
 		m.deliveries.WithLabelValues(o)
 	}
 	for _, o := range []string{"ok", "failed"} {
@@ -133,6 +142,9 @@ const scrapeTimeout = 5 * time.Second
 func (c scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.m.approvalsPending
 	ch <- c.m.deliveriesPending
+	ch <- c.m.deliveriesParked
+	ch <- c.m.walHighWater
+	ch <- c.m.walCheckpoints
 	ch <- c.m.sessions
 }
 
@@ -143,12 +155,16 @@ func (c scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()
-	if approvals, deliveries, err := g.cfg.Store.Backlog(ctx); err == nil {
-		ch <- prometheus.MustNewConstMetric(c.m.approvalsPending, prometheus.GaugeValue, float64(approvals))
-		ch <- prometheus.MustNewConstMetric(c.m.deliveriesPending, prometheus.GaugeValue, float64(deliveries))
+	if b, err := g.cfg.Store.BacklogCounts(ctx); err == nil {
+		ch <- prometheus.MustNewConstMetric(c.m.approvalsPending, prometheus.GaugeValue, float64(b.Approvals))
+		ch <- prometheus.MustNewConstMetric(c.m.deliveriesPending, prometheus.GaugeValue, float64(b.Deliveries))
+		ch <- prometheus.MustNewConstMetric(c.m.deliveriesParked, prometheus.GaugeValue, float64(b.Parked))
 	} else {
 		ch <- prometheus.NewInvalidMetric(c.m.approvalsPending, err)
 	}
+	wal := g.cfg.Store.WALStats()
+	ch <- prometheus.MustNewConstMetric(c.m.walHighWater, prometheus.GaugeValue, float64(wal.HighWater))
+	ch <- prometheus.MustNewConstMetric(c.m.walCheckpoints, prometheus.CounterValue, float64(wal.Checkpoints))
 	// The supervisor answers only while the gateway runs.
 	select {
 	case <-g.running:

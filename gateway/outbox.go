@@ -11,10 +11,17 @@ import (
 	"github.com/bcpgw/bcpgw/runtime"
 )
 
-// MaxDeliveryAttempts is how many times a delivery is sent to sessions
-// that end before acknowledging it, before it is dropped as failed
-// (delivery_failed event).
-const MaxDeliveryAttempts = 10
+// MaxDeliveryFailures is how many sessions of its Controller may end
+// before acknowledging a delivery before it is parked: set aside for an
+// operator (bcpgw deliveries), evented, never dropped on its own. A send
+// cut off by the gateway's own shutdown or crash is not a failure.
+const MaxDeliveryFailures = 10
+
+// outboxWindow is how many of one Controller's pending deliveries the
+// outbox holds in memory. The rest wait in the store and are read a page
+// at a time as the window empties, so a backlog of any size costs the
+// same memory.
+const outboxWindow = 64
 
 // outbox hands committed deliveries to their Controllers: one courier per
 // Controller sends them one at a time, in the order they were accepted,
@@ -29,36 +36,98 @@ type outbox struct {
 type courier struct {
 	controller string
 	sess       *Session // the session last delivered to; owned by the courier goroutine
-	mu         sync.Mutex
-	queue      []store.Delivery
 	wake       chan struct{} // capacity 1: something was queued
+
+	mu    sync.Mutex
+	queue []store.Delivery // the window: the oldest pending deliveries, and operator retries
+	// cursor is the highest seq read into the queue, from the store or
+	// from enqueue; spilled says the store may hold pending deliveries
+	// after it that are not in the queue.
+	cursor  int64
+	spilled bool
+	// notified counts the calls of enqueue: a page read from the store is
+	// known to hold everything committed before the read only if no
+	// enqueue came in while it was read.
+	notified uint64
 }
 
-// enqueue adds a committed delivery to its Controller's queue, starting the
-// courier if needed. It never blocks: the store calls it from its writer.
-func (o *outbox) enqueue(d store.Delivery) {
+// courierFor returns the courier of controller, starting it if needed;
+// nil once the gateway is stopping.
+func (o *outbox) courierFor(controller string) *courier {
 	o.mu.Lock()
-	c := o.couriers[d.Controller]
+	defer o.mu.Unlock()
+	c := o.couriers[controller]
 	if c == nil {
-		c = &courier{controller: d.Controller, wake: make(chan struct{}, 1)}
+		c = &courier{controller: controller, wake: make(chan struct{}, 1)}
 		if !o.g.spawn(func() { o.g.courier(o.g.ctx, c) }) {
-			o.mu.Unlock()
-			return // stopping: the delivery is in the store for the next run
+			return nil // stopping: the delivery is in the store for the next run
 		}
-		o.couriers[d.Controller] = c
+		o.couriers[controller] = c
 	}
-	o.mu.Unlock()
+	return c
+}
+
+// enqueue hands a committed delivery to its Controller's courier. It
+// never blocks: the store calls it from its writer. Past the window, only
+// a mark is kept: the courier reads the delivery from the store later.
+func (o *outbox) enqueue(d store.Delivery) {
+	c := o.courierFor(d.Controller)
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	c.notified++
+	switch {
+	case d.Seq <= c.cursor: // already read from the store
+	case c.spilled || len(c.queue) >= outboxWindow:
+		c.spilled = true
+	default:
+		c.queue = append(c.queue, d)
+		c.cursor = d.Seq
+	}
+	c.mu.Unlock()
+	c.poke()
+}
+
+// resume makes controller's courier read its pending deliveries from the
+// store: those of a previous run.
+func (o *outbox) resume(controller string) {
+	c := o.courierFor(controller)
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	c.spilled = true
+	c.mu.Unlock()
+	c.poke()
+}
+
+// requeue puts a delivery an operator retried back in its Controller's
+// queue, behind the window (its seq is older than the cursor, so the
+// store's pages will not hold it again).
+func (o *outbox) requeue(d store.Delivery) {
+	c := o.courierFor(d.Controller)
+	if c == nil {
+		return
+	}
 	c.mu.Lock()
 	c.queue = append(c.queue, d)
 	c.mu.Unlock()
+	c.poke()
+}
+
+func (c *courier) poke() {
 	select {
 	case c.wake <- struct{}{}:
 	default:
 	}
 }
 
-// head returns the oldest undelivered item, waiting for one.
-func (c *courier) head(ctx context.Context) (store.Delivery, bool) {
+// head returns the oldest undelivered item, reading the next page from
+// the store when the window is empty and the store holds more, and
+// waiting for one otherwise.
+func (g *Gateway) head(ctx context.Context, c *courier) (store.Delivery, bool) {
+	failures := 0
 	for {
 		c.mu.Lock()
 		if len(c.queue) > 0 {
@@ -66,16 +135,47 @@ func (c *courier) head(ctx context.Context) (store.Delivery, bool) {
 			c.mu.Unlock()
 			return d, true
 		}
+		spilled, cursor, notified := c.spilled, c.cursor, c.notified
 		c.mu.Unlock()
-		select {
-		case <-c.wake:
-		case <-ctx.Done():
-			return store.Delivery{}, false
+		if !spilled {
+			select {
+			case <-c.wake:
+				continue
+			case <-ctx.Done():
+				return store.Delivery{}, false
+			}
 		}
+		page, err := g.cfg.Store.PendingFor(ctx, c.controller, cursor, outboxWindow)
+		if err != nil {
+			if ctx.Err() != nil {
+				return store.Delivery{}, false
+			}
+			g.log.Error("cannot read pending deliveries; retrying", "controller", c.controller, "error", err)
+			if !g.sleep(ctx, Backoff(failures)) {
+				return store.Delivery{}, false
+			}
+			failures++
+			continue
+		}
+		failures = 0
+		c.mu.Lock()
+		for _, d := range page {
+			if d.Seq > c.cursor {
+				c.queue = append(c.queue, d)
+				c.cursor = d.Seq
+			}
+		}
+		// A short page holds every pending delivery committed before it
+		// was read; one committed after that was announced by an enqueue
+		// since, and then the store is read again.
+		if len(page) < outboxWindow && c.notified == notified {
+			c.spilled = false
+		}
+		c.mu.Unlock()
 	}
 }
 
-// pop removes the head once it is delivered or dropped.
+// pop removes the head once it is delivered, dropped or parked.
 func (c *courier) pop() {
 	c.mu.Lock()
 	c.queue[0] = store.Delivery{}
@@ -87,31 +187,41 @@ func (c *courier) pop() {
 // against the current definitions, starts the Controller's session if
 // there is none, sends the delivery as a turn and waits for its result.
 // If the session dies first, the same delivery goes to the next session,
-// marked redelivered.
+// marked redelivered; after MaxDeliveryFailures such sessions it is
+// parked.
 func (g *Gateway) courier(ctx context.Context, c *courier) {
-	failures := 0
+	waits := 0 // consecutive rounds without a session to send to
 	for {
-		d, ok := c.head(ctx)
+		d, ok := g.head(ctx, c)
 		if !ok {
 			return
 		}
-		err := g.deliver(ctx, c, &d)
+		sent, err := g.deliver(ctx, c, &d)
 		if ctx.Err() != nil {
+			// Stopping: a send cut off here is nobody's failure.
 			return
 		}
 		var rev revokedError
 		if errors.As(err, &rev) {
-			g.dropDelivery(c, d, "dropped_revoked", string(rev))
+			g.finish(c, d, store.DeliveryDropped, "dropped_revoked", string(rev))
 			continue
 		}
 		if err != nil {
+			if sent {
+				d.Failures++
+				g.cfg.Store.RecordFailure(d.ID, store.Event{Time: g.now(), Kind: "delivery_failed", Agent: d.Controller, Peer: d.Reader,
+					Category: int(d.Category), Bits: d.Bits,
+					Detail: fmt.Sprintf("the session of %s ended before acknowledging delivery %s (%d of %d)", d.Controller, d.ID, d.Failures, MaxDeliveryFailures)})
+			}
 			c.mu.Lock()
-			c.queue[0].Attempts = d.Attempts
+			c.queue[0].Attempts, c.queue[0].Failures = d.Attempts, d.Failures
 			c.mu.Unlock()
-			if d.Attempts >= MaxDeliveryAttempts {
+			if d.Failures >= MaxDeliveryFailures {
 				// A delivery that kills its Controller every time must not
-				// block the ones behind it for ever.
-				g.dropDelivery(c, d, "delivery_failed", fmt.Sprintf("the runtime of %s ended before acknowledging it %d times", d.Controller, d.Attempts))
+				// block the ones behind it for ever, nor vanish: an
+				// operator retries or discards it.
+				g.finish(c, d, store.DeliveryParked, "delivery_parked",
+					fmt.Sprintf("parked: %d sessions of %s ended before acknowledging it; retry or discard it with bcpgw deliveries", d.Failures, d.Controller))
 				continue
 			}
 			if !errors.Is(err, ErrSessionClosed) {
@@ -119,14 +229,15 @@ func (g *Gateway) courier(ctx context.Context, c *courier) {
 			}
 			// Back off here too: the supervisor restarts a crashed session
 			// at once when nothing waits for it at the moment it notices.
-			if !g.sleep(ctx, Backoff(failures)) {
+			if !g.sleep(ctx, Backoff(waits)) {
 				return
 			}
-			failures++
+			waits++
 			continue
 		}
-		failures = 0
+		waits = 0
 		g.metrics.delivered(d, g.now())
+		g.backlog.done(d)
 		g.cfg.Store.FinishDelivery(d.ID, store.DeliveryDelivered, "", g.now(), store.Event{
 			Time: g.now(), Kind: "delivery_acked", Agent: d.Controller, Peer: d.Reader,
 			Detail: fmt.Sprintf("%s acknowledged delivery %s", d.Controller, d.ID), Category: int(d.Category), Bits: d.Bits,
@@ -135,29 +246,32 @@ func (g *Gateway) courier(ctx context.Context, c *courier) {
 	}
 }
 
-// dropDelivery gives up c's head delivery d for good, recording why under
-// the event kind.
-func (g *Gateway) dropDelivery(c *courier, d store.Delivery, kind, why string) {
+// finish takes c's head delivery d out of the outbox for good, or until
+// an operator retries it (parked), recording why under the event kind.
+func (g *Gateway) finish(c *courier, d store.Delivery, state store.DeliveryState, kind, why string) {
 	g.metrics.deliveryDropped(kind)
-	g.cfg.Store.FinishDelivery(d.ID, store.DeliveryDropped, why, g.now(), store.Event{
+	g.backlog.done(d)
+	g.cfg.Store.FinishDelivery(d.ID, state, why, g.now(), store.Event{
 		Time: g.now(), Kind: kind, Agent: d.Controller, Peer: d.Reader, Detail: why, Category: int(d.Category), Bits: d.Bits,
 	})
-	g.log.Warn("delivery dropped", "delivery", d.ID, "kind", kind, "reason", why)
+	g.log.Warn("delivery "+string(state), "delivery", d.ID, "kind", kind, "reason", why)
 	c.pop()
 }
 
 // deliver sends d to the Controller's session as a turn and waits for its
-// result. It counts the attempt in d. Only c's goroutine calls it.
-func (g *Gateway) deliver(ctx context.Context, c *courier, d *store.Delivery) error {
+// result. It counts the send in d and reports whether the turn was sent:
+// an error after a send means the session ended before answering. Only
+// c's goroutine calls it.
+func (g *Gateway) deliver(ctx context.Context, c *courier, d *store.Delivery) (sent bool, err error) {
 	// The session of the last delivery is asked first: the supervisor is
 	// asked only when there is none or it has ended.
 	if c.sess == nil || ended(c.sess) {
 		if err := g.checkRevoked(d); err != nil {
-			return err // no session is started for it
+			return false, err // no session is started for it
 		}
 		sess, err := g.sv.Ensure(ctx, d.Controller)
 		if err != nil {
-			return err
+			return false, err
 		}
 		c.sess = sess
 	}
@@ -165,7 +279,7 @@ func (g *Gateway) deliver(ctx context.Context, c *courier, d *store.Delivery) er
 	// Checked again right before the send: a reload may have come while
 	// the session started.
 	if err := g.checkRevoked(d); err != nil {
-		return err
+		return false, err
 	}
 	msg := forController(sess, runtime.ResponseDelivery{
 		Type: runtime.TypeResponseDelivery, QueryID: d.QueryID, SubscriptionID: d.SubscriptionID,
@@ -175,7 +289,7 @@ func (g *Gateway) deliver(ctx context.Context, c *courier, d *store.Delivery) er
 	})
 	done, err := sess.Turn(ctx, msg)
 	if err != nil {
-		return err
+		return false, err
 	}
 	d.Attempts++
 	kind := "delivery_sent"
@@ -185,12 +299,12 @@ func (g *Gateway) deliver(ctx context.Context, c *courier, d *store.Delivery) er
 	ev := store.Event{Time: g.now(), Kind: kind, Agent: d.Controller, Peer: d.Reader, Ref: d.ID, Category: int(d.Category), Bits: d.Bits,
 		Detail: fmt.Sprintf("delivery %s to %s (attempt %d)", d.ID, d.Controller, d.Attempts)}
 	g.cfg.Store.MarkAttempted(d.ID, ev)
-	g.log.Debug("audit: "+ev.Detail, "kind", ev.Kind)
+	g.log.Debug(ev.Detail, "kind", ev.Kind)
 	select {
 	case err := <-done:
-		return err
+		return true, err
 	case <-ctx.Done():
-		return ctx.Err()
+		return true, ctx.Err()
 	}
 }
 

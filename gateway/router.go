@@ -92,9 +92,21 @@ type admitted struct {
 // publish handles a Reader's push (PROTOCOL.md section 5, Push).
 func (g *Gateway) publish(s *Session, env runtime.Envelope, r runtime.Response) {
 	reply := s.ReplyLater()
+	// The backlog is checked first: under a flood, the refusals then cost
+	// no validation.
+	pair := store.Pair{Controller: r.Controller, Reader: s.Name()}
+	if !g.backlog.reserve(pair) {
+		e := bcp.Errorf(bcp.BacklogFull, "'%s' has %d deliveries from '%s' still to acknowledge; nothing was charged: send it again later",
+			r.Controller, g.backlog.pending(pair), s.Name())
+		g.refused(s.Name(), r.Controller, e, env.Raw, r.SubscriptionID)
+		g.metrics.publish("refused", e)
+		reply.Send(runtime.ValidationResult{Type: runtime.TypeValidationResult, SubscriptionID: r.SubscriptionID, Detail: e.Error()})
+		return
+	}
 	set := g.set.Load()
 	slot, ok := g.pushRate(s, env, r, reply, set) // channel rates (ratelimit.go)
 	if !ok {
+		g.backlog.release(pair)
 		return
 	}
 	// Validation, the costly part, runs unlocked: JudgePublish asks for
@@ -115,6 +127,7 @@ func (g *Gateway) publish(s *Session, env runtime.Envelope, r runtime.Response) 
 	}
 	if !v.Accepted() {
 		slot.release()
+		g.backlog.release(pair)
 		g.refused(s.Name(), r.Controller, v.Err, env.Raw, r.SubscriptionID)
 		g.metrics.publish("refused", v.Err)
 		reply.Send(runtime.ValidationResult{Type: runtime.TypeValidationResult, SubscriptionID: r.SubscriptionID, Detail: v.Detail()})
@@ -180,11 +193,23 @@ func (g *Gateway) admit(reply *PendingReply, a admitted) {
 	if a.query != nil {
 		kind = "answer_accepted"
 	}
+	// A push reserved its place in the backlog (publish); an answer takes
+	// one now. Only a delivery keeps it.
+	pair := store.Pair{Controller: controller, Reader: reader}
+	if a.query != nil {
+		g.backlog.add(pair)
+	}
+	if a.result.Route != bcp.RouteDeliver {
+		g.backlog.release(pair)
+	}
 	now := g.now()
 	ev := store.Event{Time: now, Kind: kind, Agent: reader, Peer: controller, Detail: a.detail, Category: int(a.spec.Category), Bits: a.bits}
 	// undo gives back the charge of a push the store could not keep: it
 	// was never accepted. (A query's charge stays: the query was sent.)
 	undo := func(err error) {
+		if a.result.Route == bcp.RouteDeliver {
+			g.backlog.release(pair)
+		}
 		if a.query == nil {
 			g.mu.Lock()
 			g.budgets.refundPush(a.link, a.sess, a.bits)

@@ -2,7 +2,9 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -16,7 +18,11 @@ type DeliveryState string
 const (
 	DeliveryPending   DeliveryState = "pending"
 	DeliveryDelivered DeliveryState = "delivered" // the runtime answered result
-	DeliveryDropped   DeliveryState = "dropped"   // its channel or subscription was revoked
+	DeliveryDropped   DeliveryState = "dropped"   // revoked, or discarded by an operator
+	// DeliveryParked is a delivery that kept failing: set aside, not
+	// sent, until an operator retries (back to pending) or discards it
+	// (dropped). Retention never prunes it.
+	DeliveryParked DeliveryState = "parked"
 )
 
 // Delivery is validated data on its way to a Controller: a push (with
@@ -35,14 +41,15 @@ type Delivery struct {
 	Anomalies      []bcp.Anomaly
 	Bits           float64
 	State          DeliveryState
-	Attempts       int // sends so far, as far as the store knows
+	Attempts       int // sends so far, as far as the store knows (decides redelivered)
+	Failures       int // sessions that ended before acknowledging it (decides parking)
 	CreatedAt      time.Time
 	DoneAt         time.Time
 	DoneDetail     string
 }
 
 const deliveryColumns = `seq, id, controller, reader, subscription_id, query_id, request_id, approval_id,
-	category, response, anomalies, bits, state, attempts, created_at, done_at, done_detail`
+	category, response, anomalies, bits, state, attempts, failures, created_at, done_at, done_detail`
 
 func insertDelivery(tx *wtx, d *Delivery) error {
 	if d.ID == "" {
@@ -111,8 +118,21 @@ func (s *Store) MarkAttempted(id string, events ...Event) {
 	})
 }
 
-// FinishDelivery records that a pending delivery was delivered or
-// dropped, with its events. A delivery already finished is left alone.
+// RecordFailure counts a session of the delivery's Controller that ended
+// before acknowledging it, with its events. It does not wait for the
+// commit: a lost count only delays parking.
+func (s *Store) RecordFailure(id string, events ...Event) {
+	events = withRef(events, id)
+	s.writeAsync(func(tx *wtx) error {
+		if _, err := tx.Exec(sqlRecordFailure, id); err != nil {
+			return err
+		}
+		return insertEvents(tx, events)
+	})
+}
+
+// FinishDelivery records that a pending delivery was delivered, dropped
+// or parked, with its events. A delivery already finished is left alone.
 // It does not wait for the commit: if it is lost, the delivery is sent
 // again after a restart and the runtime drops it by its delivery_id.
 func (s *Store) FinishDelivery(id string, state DeliveryState, detail string, at time.Time, events ...Event) {
@@ -136,16 +156,62 @@ func (s *Store) PendingDeliveries(ctx context.Context) ([]Delivery, error) {
 	return s.deliveries(ctx, `WHERE state = 'pending' ORDER BY seq`)
 }
 
+// PendingFor returns at most limit pending deliveries to controller with
+// seq greater than after, in the order they were accepted: the outbox
+// reads its backlog a page at a time (deliveries_pending_by_controller).
+func (s *Store) PendingFor(ctx context.Context, controller string, after int64, limit int) ([]Delivery, error) {
+	return s.deliveries(ctx, `WHERE controller = ? AND state = 'pending' AND seq > ? ORDER BY seq LIMIT ?`, controller, after, limit)
+}
+
+// Pair is one channel's direction of delivery: from Reader to Controller.
+type Pair struct{ Controller, Reader string }
+
+// PendingByPair counts the pending deliveries of each (Controller,
+// Reader) pair that has any.
+func (s *Store) PendingByPair(ctx context.Context) (map[Pair]int, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT controller, reader, count(*) FROM deliveries
+		WHERE state = 'pending' GROUP BY controller, reader`)
+	if err != nil {
+		return nil, fmt.Errorf("count pending deliveries: %w", err)
+	}
+	defer rows.Close()
+	out := map[Pair]int{}
+	for rows.Next() {
+		var p Pair
+		var n int
+		if err := rows.Scan(&p.Controller, &p.Reader, &n); err != nil {
+			return nil, fmt.Errorf("count pending deliveries: %w", err)
+		}
+		out[p] = n
+	}
+	return out, rows.Err()
+}
+
 // Backlog counts the pending approval items and the deliveries not yet
 // delivered or dropped, without reading them (both are indexed by state).
 func (s *Store) Backlog(ctx context.Context) (approvals, deliveries int, err error) {
-	err = s.rdb.QueryRowContext(ctx, `SELECT
+	b, err := s.BacklogCounts(ctx)
+	return b.Approvals, b.Deliveries, err
+}
+
+// BacklogCounts is what waits: approval items for a decision, deliveries
+// for their Controller, parked deliveries for an operator.
+type BacklogCounts struct {
+	Approvals, Deliveries, Parked int
+}
+
+// BacklogCounts counts the backlog without reading it (each count is an
+// index range).
+func (s *Store) BacklogCounts(ctx context.Context) (BacklogCounts, error) {
+	var b BacklogCounts
+	err := s.rdb.QueryRowContext(ctx, `SELECT
 		(SELECT count(*) FROM approvals WHERE status = 'pending'),
-		(SELECT count(*) FROM deliveries WHERE state = 'pending')`).Scan(&approvals, &deliveries)
+		(SELECT count(*) FROM deliveries WHERE state = 'pending'),
+		(SELECT count(*) FROM deliveries WHERE state = 'parked')`).Scan(&b.Approvals, &b.Deliveries, &b.Parked)
 	if err != nil {
-		return 0, 0, fmt.Errorf("count backlog: %w", err)
+		return BacklogCounts{}, fmt.Errorf("count backlog: %w", err)
 	}
-	return approvals, deliveries, nil
+	return b, nil
 }
 
 // Delivery returns one delivery by id, or ErrNotFound.
@@ -166,7 +232,11 @@ func (s *Store) Deliveries(ctx context.Context) ([]Delivery, error) {
 }
 
 func (s *Store) deliveries(ctx context.Context, where string, args ...any) ([]Delivery, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT `+deliveryColumns+` FROM deliveries `+where, args...)
+	return scanDeliveries(s.rdb.QueryContext(ctx, `SELECT `+deliveryColumns+` FROM deliveries `+where, args...))
+}
+
+// scanDeliveries reads the rows of a query of deliveryColumns.
+func scanDeliveries(rows *sql.Rows, err error) ([]Delivery, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read deliveries: %w", err)
 	}
@@ -178,7 +248,7 @@ func (s *Store) deliveries(ctx context.Context, where string, args ...any) ([]De
 		var category int
 		var created, done int64
 		if err := rows.Scan(&d.Seq, &d.ID, &d.Controller, &d.Reader, &d.SubscriptionID, &d.QueryID, &d.RequestID,
-			&d.ApprovalID, &category, &response, &anomalies, &d.Bits, &state, &d.Attempts, &created, &done, &d.DoneDetail); err != nil {
+			&d.ApprovalID, &category, &response, &anomalies, &d.Bits, &state, &d.Attempts, &d.Failures, &created, &done, &d.DoneDetail); err != nil {
 			return nil, fmt.Errorf("read deliveries: %w", err)
 		}
 		d.Category, d.Response, d.State = bcp.Category(category), json.RawMessage(response), DeliveryState(state)
@@ -196,4 +266,100 @@ func nonNilAnomalies(a []bcp.Anomaly) []bcp.Anomaly {
 		return []bcp.Anomaly{}
 	}
 	return a
+}
+
+// ErrNotParked is returned by RetryDelivery and DiscardDelivery for a
+// delivery that is not parked: only parked ones are the operator's; the
+// others belong to the outbox.
+var ErrNotParked = errors.New("delivery is not parked")
+
+// RetryDelivery puts a parked delivery back in the outbox: pending again,
+// its failure count cleared, with its events, and returns it once that is
+// durable.
+func (s *Store) RetryDelivery(ctx context.Context, id string, events ...Event) (*Delivery, error) {
+	return s.unpark(ctx, id, `UPDATE deliveries SET state = 'pending', failures = 0, done_at = 0, done_detail = ''
+		WHERE id = ? AND state = 'parked'`, nil, events)
+}
+
+// DiscardDelivery gives up a parked delivery for good (dropped, with
+// detail as the reason), with its events, and returns it once that is
+// durable.
+func (s *Store) DiscardDelivery(ctx context.Context, id, detail string, at time.Time, events ...Event) (*Delivery, error) {
+	return s.unpark(ctx, id, `UPDATE deliveries SET state = 'dropped', done_at = ?, done_detail = ?
+		WHERE id = ? AND state = 'parked'`, []any{millis(at), detail}, events)
+}
+
+// unpark runs update (whose last parameter is the id) on a parked
+// delivery and reads it back in the same transaction. Events without an
+// agent get the delivery's channel, category and bits.
+func (s *Store) unpark(ctx context.Context, id, update string, args []any, events []Event) (*Delivery, error) {
+	events = withRef(events, id)
+	var out *Delivery
+	err := s.write(ctx, func(tx *wtx) error {
+		res, err := tx.Exec(update, append(args, id)...)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			var state string
+			err := tx.QueryRow(`SELECT state FROM deliveries WHERE id = ?`, id).Scan(&state)
+			if errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("delivery %s: %w", id, ErrNotFound)
+			}
+			if err != nil {
+				return err
+			}
+			return fmt.Errorf("delivery %s is %s: %w", id, state, ErrNotParked)
+		}
+		ds, err := scanDeliveries(tx.Query(`SELECT `+deliveryColumns+` FROM deliveries WHERE id = ?`, id))
+		if err != nil {
+			return err
+		}
+		if len(ds) != 1 {
+			return fmt.Errorf("delivery %s: %w", id, ErrNotFound)
+		}
+		out = &ds[0]
+		// The events are about the delivery: they name its channel.
+		for i := range events {
+			if events[i].Agent == "" {
+				events[i].Agent, events[i].Peer = out.Controller, out.Reader
+				events[i].Category, events[i].Bits = int(out.Category), out.Bits
+			}
+		}
+		return insertEvents(tx, events)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// DeliveryFilter selects deliveries for ListDeliveries. The zero value
+// lists every delivery, oldest first, a page at a time.
+type DeliveryFilter struct {
+	State      DeliveryState // empty: any state
+	Controller string        // empty: any Controller
+	After      int64         // only seq > After (the previous page's last)
+	Limit      int           // at most this many; default and cap MaxDeliveriesPage
+}
+
+// MaxDeliveriesPage caps one page of ListDeliveries.
+const MaxDeliveriesPage = 500
+
+// ListDeliveries returns one page of the deliveries f selects, in the
+// order they were accepted.
+func (s *Store) ListDeliveries(ctx context.Context, f DeliveryFilter) ([]Delivery, error) {
+	if f.Limit <= 0 || f.Limit > MaxDeliveriesPage {
+		f.Limit = MaxDeliveriesPage
+	}
+	where, args := `WHERE seq > ?`, []any{f.After}
+	if f.State != "" {
+		where += ` AND state = ?`
+		args = append(args, string(f.State))
+	}
+	if f.Controller != "" {
+		where += ` AND controller = ?`
+		args = append(args, f.Controller)
+	}
+	return s.deliveries(ctx, where+` ORDER BY seq LIMIT ?`, append(args, f.Limit)...)
 }

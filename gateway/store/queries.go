@@ -11,6 +11,7 @@ const (
 	sqlInsertDelivery = `INSERT INTO deliveries (id, controller, reader, subscription_id, query_id, request_id,
 		approval_id, category, response, anomalies, bits, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`
 	sqlMarkAttempted  = `UPDATE deliveries SET attempts = attempts + 1 WHERE id = ?`
+	sqlRecordFailure  = `UPDATE deliveries SET failures = failures + 1 WHERE id = ?`
 	sqlFinishDelivery = `UPDATE deliveries SET state = ?, done_at = ?, done_detail = ? WHERE id = ? AND state = 'pending'`
 	sqlInsertEvent    = `INSERT INTO events (time, kind, agent, peer, code, detail, category, bits, ref, payload)
 			VALUES (?,?,?,?,?,?,?,?,?,?)`
@@ -28,6 +29,6 @@ const (
 
 // writeStatements lists the statements Open prepares.
 func writeStatements() []string {
-	return []string{sqlInsertApproval, sqlApprovalByID, sqlDecideApproval, sqlInsertDelivery, sqlMarkAttempted, sqlFinishDelivery, sqlInsertEvent,
+	return []string{sqlInsertApproval, sqlApprovalByID, sqlDecideApproval, sqlInsertDelivery, sqlMarkAttempted, sqlRecordFailure, sqlFinishDelivery, sqlInsertEvent,
 		sqlOpenSession, sqlEndSession, sqlAddExposure, sqlSavepoint, sqlRollbackTo, sqlRelease}
 }

@@ -10,8 +10,8 @@ import (
 // Retention: a gateway that runs for months must not keep everything.
 // Prune deletes what is finished and older than a cutoff:
 //
-//   - deliveries delivered or dropped before it (pending ones are kept,
-//     however old: they have yet to be delivered);
+//   - deliveries delivered or dropped before it (pending and parked ones
+//     are kept, however old: they have yet to be delivered or decided);
 //   - approval items decided before it (pending ones are kept);
 //   - events stored before it, oldest first, so that what is kept is
 //     always every event from some seq on (see EventsPrunedBefore);
@@ -80,7 +80,7 @@ func (s *Store) Prune(ctx context.Context, before time.Time) (PruneResult, error
 // rows older than a cutoff in milliseconds.
 const (
 	sqlPruneDeliveries = `DELETE FROM deliveries WHERE seq IN (SELECT seq FROM deliveries
-		WHERE state <> 'pending' AND done_at < ? ORDER BY done_at LIMIT ?)`
+		WHERE state <> 'pending' AND state <> 'parked' AND done_at < ? ORDER BY done_at LIMIT ?)`
 	sqlPruneApprovals = `DELETE FROM approvals WHERE seq IN (SELECT seq FROM approvals
 		WHERE status <> 'pending' AND decided_at < ? ORDER BY decided_at LIMIT ?)`
 	// The oldest n events, up to the first one that is to be kept: only a

@@ -79,11 +79,14 @@ type Store struct {
 	}
 }
 
-// op is one write. The writer runs fn inside the batch's transaction, in a
-// savepoint of its own so that one failing write does not undo the others,
-// and calls done with the outcome once the batch is durable (nil for a
-// write nobody waits for). done runs on the writer goroutine: it must not
-// block.
+// op is one write. The writer runs fn inside the batch's transaction, so
+// that one failing write does not undo the others (see commit), and calls
+// done with the outcome once the batch is durable (nil for a write nobody
+// waits for). done runs on the writer goroutine: it must not block.
+//
+// fn may run twice, the first time in a transaction that is rolled back
+// (see commit): it must set the Go values it fills in again each time,
+// not add to them.
 type op struct {
 	fn   func(*wtx) error
 	done func(error)
@@ -383,10 +386,17 @@ func (s *Store) write(ctx context.Context, fn func(*wtx) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	var claimed atomic.Bool // by the writer running fn, or by the caller giving up
+	// claim is who has fn: claimWriter once the writer has run it (it
+	// may run it again, see commit), claimCaller once the caller gave up.
+	const (
+		unclaimed = iota
+		claimWriter
+		claimCaller
+	)
+	var claim atomic.Int32
 	done := make(chan error, 1)
 	run := func(tx *wtx) error {
-		if !claimed.CompareAndSwap(false, true) {
+		if !claim.CompareAndSwap(unclaimed, claimWriter) && claim.Load() != claimWriter {
 			return context.Canceled // nobody waits for it any more
 		}
 		return fn(tx)
@@ -398,7 +408,7 @@ func (s *Store) write(ctx context.Context, fn func(*wtx) error) error {
 	case err := <-done:
 		return err
 	case <-ctx.Done():
-		if claimed.CompareAndSwap(false, true) {
+		if claim.CompareAndSwap(unclaimed, claimCaller) {
 			return ctx.Err() // fn will not run
 		}
 		return <-done // fn ran or is running: its commit decides
@@ -486,25 +496,19 @@ func (s *Store) linger(batch []op) []op {
 }
 
 // commit runs one batch in one transaction and reports to each waiter.
+//
+// Writes almost never fail on their own, so the batch is first run
+// without savepoints (two statements fewer per write); only if one of
+// them fails is the transaction rolled back and the batch run again, each
+// write in a savepoint of its own, so that the failure undoes only that
+// write. Writes must therefore be safe to run twice (see op).
 func (s *Store) commit(batch []op) {
 	errs := make([]error, len(batch))
-	err := func() error {
-		tx, err := s.wdb.Begin()
-		if err != nil {
-			return err
-		}
-		w := &wtx{Tx: tx, s: s}
-		for i, o := range batch {
-			errs[i] = savepoint(w, o.fn)
-		}
-		if err := tx.Commit(); err != nil {
-			return err
-		}
-		if w.events {
-			s.eventsCommitted()
-		}
-		return nil
-	}()
+	err := s.commitOnce(batch, errs, false)
+	if errors.Is(err, errRetryWithSavepoints) {
+		clear(errs)
+		err = s.commitOnce(batch, errs, true)
+	}
 	for i, o := range batch {
 		if o.done == nil {
 			continue
@@ -515,6 +519,38 @@ func (s *Store) commit(batch []op) {
 			o.done(errs[i])
 		}
 	}
+}
+
+// errRetryWithSavepoints says a write of a batch run without savepoints
+// failed: the batch was rolled back and must be run with them.
+var errRetryWithSavepoints = errors.New("a write failed: run the batch with savepoints")
+
+// commitOnce runs batch in one transaction, each write in a savepoint if
+// isolate, and commits it. Without isolate, a failing write rolls the
+// whole transaction back and errRetryWithSavepoints is returned.
+func (s *Store) commitOnce(batch []op, errs []error, isolate bool) error {
+	tx, err := s.wdb.Begin()
+	if err != nil {
+		return err
+	}
+	w := &wtx{Tx: tx, s: s}
+	for i, o := range batch {
+		if isolate {
+			errs[i] = savepoint(w, o.fn)
+			continue
+		}
+		if errs[i] = o.fn(w); errs[i] != nil {
+			_ = tx.Rollback()
+			return errRetryWithSavepoints
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	if w.events {
+		s.eventsCommitted()
+	}
+	return nil
 }
 
 // savepoint runs fn so that its failure undoes only its own changes.

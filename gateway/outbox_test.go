@@ -1,0 +1,219 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bcpgw/bcpgw/bcp"
+	"github.com/bcpgw/bcpgw/gateway/store"
+)
+
+// seedDeliveries stores n pushes from researcher to main as if accepted by
+// an earlier run, and returns them in acceptance order.
+func seedDeliveries(t *testing.T, st *store.Store, n int) []store.Delivery {
+	t.Helper()
+	out := make([]store.Delivery, n)
+	for i := range out {
+		d := store.Delivery{Controller: "main", Reader: "researcher", SubscriptionID: "research-alerts", Category: 1,
+			Response: json.RawMessage(`{"has_breaking_news":true,"priority":"low","score":1,"source":"web"}`), Bits: 6.9, CreatedAt: time.Now()}
+		if err := st.AddDelivery(context.Background(), &d); err != nil {
+			t.Fatal(err)
+		}
+		out[i] = d
+	}
+	return out
+}
+
+func TestOutboxReadsABacklogLargerThanItsWindowInOrder(t *testing.T) {
+	// More than three windows wait from an earlier run; the outbox holds
+	// one window at a time and must still send each once, in order.
+	n := 3*outboxWindow + 7
+	var seeded []store.Delivery
+	e := startE2E(t, pair(100000, 100000, "review", nil, nil), func(c *Config) {
+		seeded = seedDeliveries(t, c.Store, n)
+	})
+	applied := e.waitRecords("main", "applied", n)
+	got := e.records("main", "delivery")
+	if len(got) != n || len(applied) != n {
+		t.Fatalf("%d deliveries, %d applied; want %d each", len(got), len(applied), n)
+	}
+	for i, r := range got {
+		if r.DeliveryID != seeded[i].ID {
+			t.Fatalf("delivery %d is %s, want %s (acceptance order)", i, r.DeliveryID, seeded[i].ID)
+		}
+	}
+	e.waitAllDelivered(n)
+	if got := e.gw.backlog.pending(store.Pair{Controller: "main", Reader: "researcher"}); got != 0 {
+		t.Errorf("backlog count after delivery = %d, want 0", got)
+	}
+}
+
+func TestOutboxPastItsWindowWhileRunningLosesNothing(t *testing.T) {
+	// main is slow, so the pushes pile up past the window while the
+	// gateway runs: the surplus is read back from the store.
+	n := 2*outboxWindow + 9
+	e := startE2E(t, pair(1e9, 1e9, "review", map[string]string{"DELAY": "2ms"}, map[string]string{
+		"PUBLISH": publishes(pub("research-alerts", "main", alert, n)),
+	}), func(c *Config) { c.MaxBacklog = 10 * n })
+	e.prompt("researcher", "go")
+	e.waitRecords("main", "applied", n)
+	e.waitAllDelivered(n)
+	ds, err := e.store.Deliveries(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := e.records("main", "delivery")
+	if len(got) != n {
+		t.Fatalf("%d deliveries sent, want %d", len(got), n)
+	}
+	for i, r := range got {
+		if r.DeliveryID != ds[i].ID || r.Redelivered {
+			t.Fatalf("delivery %d is %s (redelivered %v), want %s once (acceptance order)", i, r.DeliveryID, r.Redelivered, ds[i].ID)
+		}
+	}
+}
+
+func TestBacklogFullRefusesPushesAndChargesNothing(t *testing.T) {
+	// main takes an hour over its first delivery: with a backlog of 2,
+	// the third and later pushes are refused until it catches up.
+	e := startE2E(t, pair(100000, 100000, "review", map[string]string{"DELAY": "1h"}, map[string]string{
+		"PUBLISH": publishes(pub("research-alerts", "main", alert, 5)),
+	}), func(c *Config) { c.MaxBacklog = 2 })
+	e.prompt("researcher", "go")
+	verdicts := e.waitRecords("researcher", "verdict", 5)
+	accepted := 0
+	for i, v := range verdicts {
+		switch {
+		case v.Success:
+			accepted++
+		case !strings.HasPrefix(v.Detail, string(bcp.BacklogFull)+": 'main' has 2 deliveries from 'researcher' still to acknowledge"):
+			t.Errorf("verdict %d = %q, want backlog_full", i, v.Detail)
+		}
+	}
+	if accepted != 2 {
+		t.Errorf("%d pushes accepted, want 2 (the backlog limit)", accepted)
+	}
+	refused := e.waitEvent("refused", string(bcp.BacklogFull))
+	if !checkFor(t, testWait, pollStep, func() bool { return len(e.events("refused", string(bcp.BacklogFull))) == 3 }) {
+		t.Errorf("backlog_full refusals audited: %d, want 3", len(e.events("refused", string(bcp.BacklogFull))))
+	}
+	if refused[0].Agent != "researcher" || refused[0].Peer != "main" || len(refused[0].Payload) == 0 {
+		t.Errorf("refusal event %+v, want researcher -> main with the payload", refused[0])
+	}
+	// Only what was accepted was charged and stored.
+	if got := len(e.events("publish_accepted", "")); got != 2 {
+		t.Errorf("publish_accepted events = %d, want 2", got)
+	}
+	e.gw.mu.Lock()
+	charged := e.gw.budgets.controller("main").bits["researcher"]
+	e.gw.mu.Unlock()
+	if charged < 13.7 || charged > 13.9 || refused[0].Bits != 0 {
+		t.Errorf("main was charged %.2f bits (a refusal %.2f), want 13.8: two 6.9-bit alerts", charged, refused[0].Bits)
+	}
+}
+
+func TestBacklogCountsFollowDeliveries(t *testing.T) {
+	b := newBacklog(2)
+	p := store.Pair{Controller: "main", Reader: "r"}
+	if !b.reserve(p) || !b.reserve(p) || b.reserve(p) {
+		t.Fatal("want two reservations, then a refusal")
+	}
+	b.add(p) // an answer or an approved item is never refused
+	if b.pending(p) != 3 {
+		t.Fatalf("pending = %d, want 3", b.pending(p))
+	}
+	b.done(store.Delivery{Controller: "main", Reader: "r"})
+	b.release(p)
+	if !b.reserve(p) {
+		t.Error("a place freed by a delivery was not given to the next push")
+	}
+	for range 5 {
+		b.release(p)
+	}
+	if len(b.n) != 0 {
+		t.Errorf("counts left after release: %v, want none", b.n)
+	}
+}
+
+func TestPoisonDeliveryIsParkedThenRetriedByAnOperator(t *testing.T) {
+	// The first delivery has already failed 9 times (earlier runs); main's
+	// first process dies on it again: it is parked, the one behind it is
+	// delivered, and an operator's retry delivers it too.
+	var seeded []store.Delivery
+	e := startE2E(t, pair(100000, 100000, "review", map[string]string{"CRASH_AT": "1"}, nil), func(c *Config) {
+		seeded = seedDeliveries(t, c.Store, 2)
+		for range MaxDeliveryFailures - 1 {
+			c.Store.RecordFailure(seeded[0].ID)
+		}
+	})
+	parked := e.waitEvent("delivery_parked", "")
+	if parked[0].Ref != seeded[0].ID || !strings.Contains(parked[0].Detail, "bcpgw deliveries") {
+		t.Errorf("delivery_parked event %+v, want ref %s and how to act on it", parked[0], seeded[0].ID)
+	}
+	applied := e.waitRecords("main", "applied", 1)
+	if applied[0].DeliveryID != seeded[1].ID {
+		t.Fatalf("applied %+v, want the second delivery past the parked one", applied)
+	}
+	var d *store.Delivery
+	if !checkFor(t, testWait, pollStep, func() bool {
+		var err error
+		d, err = e.store.Delivery(context.Background(), seeded[0].ID)
+		return err == nil && d.State == store.DeliveryParked
+	}) {
+		t.Fatalf("first delivery = %+v, want parked", d)
+	}
+	if d.Failures != MaxDeliveryFailures {
+		t.Errorf("failures = %d, want %d", d.Failures, MaxDeliveryFailures)
+	}
+	b, err := e.store.BacklogCounts(context.Background())
+	if err != nil || b.Parked != 1 {
+		t.Errorf("backlog = %+v, %v; want 1 parked", b, err)
+	}
+
+	// Only parked deliveries are the operator's.
+	ctx := context.Background()
+	if _, err := e.gw.RetryDelivery(ctx, seeded[1].ID, Decider{Name: "alice"}); !errors.Is(err, store.ErrNotParked) {
+		t.Errorf("retry of a delivered delivery: %v, want ErrNotParked", err)
+	}
+	if _, err := e.gw.DiscardDelivery(ctx, "dl-nope", Decider{Name: "alice"}, ""); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("discard of an unknown delivery: %v, want ErrNotFound", err)
+	}
+	if _, err := e.gw.RetryDelivery(ctx, seeded[0].ID, Decider{Name: "alice", UID: 1000, PID: 42}); err != nil {
+		t.Fatal(err)
+	}
+	applied = e.waitRecords("main", "applied", 2)
+	if applied[1].DeliveryID != seeded[0].ID {
+		t.Errorf("applied %+v, want the retried delivery last", applied)
+	}
+	ev := e.waitEvent("delivery_requeued", "")
+	if ev[0].Ref != seeded[0].ID || ev[0].Agent != "main" || !strings.Contains(ev[0].Detail, "alice (uid 1000, pid 42)") {
+		t.Errorf("delivery_requeued event %+v", ev[0])
+	}
+	e.waitAllDelivered(2)
+}
+
+func TestDiscardedDeliveryIsDroppedWithWhoAndWhy(t *testing.T) {
+	var seeded []store.Delivery
+	e := startE2E(t, pair(100000, 100000, "review", map[string]string{"CRASH_AT": "1"}, nil), func(c *Config) {
+		seeded = seedDeliveries(t, c.Store, 1)
+		for range MaxDeliveryFailures - 1 {
+			c.Store.RecordFailure(seeded[0].ID)
+		}
+	})
+	e.waitEvent("delivery_parked", "")
+	d, err := e.gw.DiscardDelivery(context.Background(), seeded[0].ID, Decider{Name: "bob"}, "poison")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.State != store.DeliveryDropped || d.DoneDetail != "discarded by bob: poison" {
+		t.Errorf("discarded delivery = %+v", d)
+	}
+	if _, err := e.gw.RetryDelivery(context.Background(), seeded[0].ID, Decider{Name: "bob"}); !errors.Is(err, store.ErrNotParked) {
+		t.Errorf("retry after discard: %v, want ErrNotParked", err)
+	}
+	e.waitEvent("delivery_discarded", "")
+}
