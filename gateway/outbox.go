@@ -35,7 +35,7 @@ type outbox struct {
 // courier owns the delivery queue of one Controller.
 type courier struct {
 	controller string
-	sess       *Session // the session last delivered to; owned by the courier goroutine
+	sess       *Session      // the session last delivered to; owned by the courier goroutine
 	wake       chan struct{} // capacity 1: something was queued
 
 	mu    sync.Mutex
