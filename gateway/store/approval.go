@@ -228,6 +228,27 @@ func (s *Store) Approvals(ctx context.Context, status ApprovalStatus) ([]Approva
 	return scanApprovals(s.rdb.QueryContext(ctx, `SELECT `+approvalColumns+` FROM approvals WHERE status = ? ORDER BY seq`, string(status)))
 }
 
+// ApprovalsAfter returns a page of the items with the given status (all
+// when empty): at most limit items with Seq > after, oldest first. The
+// page is a range of approvals_by_status_seq (or of seq itself), so its
+// cost follows limit, not the length of the queue; pass the last Seq of
+// one page as after to read the next.
+func (s *Store) ApprovalsAfter(ctx context.Context, status ApprovalStatus, after int64, limit int) ([]Approval, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	if status == "" {
+		return scanApprovals(s.rdb.QueryContext(ctx, sqlApprovalsAfter, after, limit))
+	}
+	return scanApprovals(s.rdb.QueryContext(ctx, sqlApprovalsByStatusAfter, string(status), after, limit))
+}
+
+// The statements of ApprovalsAfter (the plan test reads them).
+const (
+	sqlApprovalsAfter         = `SELECT ` + approvalColumns + ` FROM approvals WHERE seq > ? ORDER BY seq LIMIT ?`
+	sqlApprovalsByStatusAfter = `SELECT ` + approvalColumns + ` FROM approvals WHERE status = ? AND seq > ? ORDER BY seq LIMIT ?`
+)
+
 // Approval returns one item, or ErrNotFound.
 func (s *Store) Approval(ctx context.Context, id string) (*Approval, error) {
 	items, err := scanApprovals(s.rdb.QueryContext(ctx, `SELECT `+approvalColumns+` FROM approvals WHERE id = ?`, id))
