@@ -224,3 +224,36 @@ func BenchmarkPruneBatch(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPushCycleAt100PerSecond is BenchmarkPushCycle at a steady 100
+// pushes a second, the rate of a busy but not flooded gateway, waiting
+// for each push's commit as a Reader does. It reports the commits (each
+// one fsync) per push: the bookkeeping of one push (delivery_sent,
+// delivery_acked) should ride on the next push's commit, for one fsync a
+// push, not two.
+func BenchmarkPushCycleAt100PerSecond(b *testing.B) {
+	s := openT(b, filepath.Join(b.TempDir(), "state.db"))
+	s.Append(Event{Time: t0, Kind: "session_started", Agent: "main", Ref: "ses-1"})
+	barrier(b, s)
+	proto := *sampleDelivery(1)
+	const pushes = 200
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	b.ResetTimer()
+	before := s.WALStats().Commits
+	for range b.N {
+		for range pushes {
+			<-tick.C
+			d := proto
+			if err := s.AddDelivery(context.Background(), &d, Event{Time: t0, Kind: "publish_accepted", Agent: d.Reader, Peer: d.Controller}); err != nil {
+				b.Fatal(err)
+			}
+			// The outbox's bookkeeping, as soon as the push is durable.
+			s.MarkAttempted(d.ID, Event{Time: t0, Kind: "delivery_sent", Agent: d.Controller, Peer: d.Reader, Category: 2, Bits: d.Bits})
+			s.FinishDelivery(d.ID, DeliveryDelivered, "", t0, Event{Time: t0, Kind: "delivery_acked", Agent: d.Controller, Peer: d.Reader})
+		}
+	}
+	barrier(b, s)
+	b.StopTimer()
+	b.ReportMetric(float64(s.WALStats().Commits-before)/float64(b.N*pushes), "commits/push")
+}

@@ -25,6 +25,7 @@ type WALStats struct {
 	HighWater   int64 // the largest size of the WAL file seen after a commit, in bytes
 	Checkpoints int64 // times the writer checkpointed and truncated it
 	Busy        int64 // times readers kept such a checkpoint from finishing (it was retried later)
+	Commits     int64 // transactions committed by the writer: each is one fsync of the WAL
 }
 
 // WALStats returns figures on the write-ahead log since Open.
@@ -33,6 +34,7 @@ func (s *Store) WALStats() WALStats {
 		HighWater:   s.walStats.highWater.Load(),
 		Checkpoints: s.walStats.checkpoints.Load(),
 		Busy:        s.walStats.busy.Load(),
+		Commits:     s.walStats.commits.Load(),
 	}
 }
 
