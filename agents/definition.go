@@ -73,6 +73,11 @@ type Definition struct {
 	// Dialect is how the agent's runtime reads what the gateway sends it
 	// (runtime_dialect); empty means DialectBCPGW.
 	Dialect Dialect
+	// TurnTimeout bounds one turn (turn_timeout): a runtime that has not
+	// answered result within it is stopped, restarted, and its delivery
+	// sent to the next session. 0 when the definition sets none: the
+	// gateway's default applies (bcpgw run --turn-timeout).
+	TurnTimeout time.Duration
 
 	lines  lineIndex
 	broken bool // loaded with errors; its peers skip the mirror checks

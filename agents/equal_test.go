@@ -274,6 +274,7 @@ func TestDefinitionEqualDetectsChanges(t *testing.T) {
 		{"model", "model: sonnet", "model: opus"},
 		{"max_turns", "max_turns: 20", "max_turns: 21"},
 		{"idle_timeout", "idle_timeout: 10m", "idle_timeout: 11m"},
+		{"turn_timeout", "idle_timeout: 10m", "idle_timeout: 10m\nturn_timeout: 30m"},
 		{"autostart", "model: sonnet\n", "model: sonnet\nautostart: true\n"},
 		{"workdir", "model: sonnet\n", "model: sonnet\nworkdir: ../work-main\n"},
 		{"sandbox none", "model: sonnet\n", "model: sonnet\nsandbox: none\n"},

@@ -392,6 +392,41 @@ func TestIdleTimeout(t *testing.T) {
 	}
 }
 
+// turn_timeout is a Go duration of at least a second; without it the
+// definition leaves the gateway's default in force (0).
+func TestTurnTimeout(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		yaml string
+		want time.Duration
+	}{
+		{"", 0},
+		{"turn_timeout: 15m\n", 15 * time.Minute},
+		{"turn_timeout: 1s\n", time.Second},
+		{"turn_timeout: \"2h30m\"\n", 150 * time.Minute},
+	}
+	for _, tt := range tests {
+		set := mustLoad(t, writeSet(t, map[string]string{"solo.md": solo(tt.yaml)}))
+		if got := set.Agent("solo").TurnTimeout; got != tt.want {
+			t.Errorf("%q: TurnTimeout: got %v, want %v", tt.yaml, got, tt.want)
+		}
+	}
+	bad := []struct{ yaml, want string }{
+		{"turn_timeout: 15\n", `solo.md:4: turn_timeout: "15" is not a duration (examples: 90s, 15m, 2h)`},
+		{"turn_timeout: forever\n", `solo.md:4: turn_timeout: "forever" is not a duration`},
+		{"turn_timeout: 0\n", `solo.md:4: turn_timeout: must be at least 1s, got "0"`},
+		{"turn_timeout: 500ms\n", `solo.md:4: turn_timeout: must be at least 1s, got "500ms"`},
+		{"turn_timeout: -5m\n", `solo.md:4: turn_timeout: must be at least 1s, got "-5m"`},
+		{"turn_timeout: [15m]\n", `solo.md:4: turn_timeout: must be a string, got a list`},
+	}
+	for _, tt := range bad {
+		le := loadErrors(t, writeSet(t, map[string]string{"solo.md": solo(tt.yaml)}))
+		if len(le.Errors) != 1 || !strings.Contains(le.Errors[0].Error(), tt.want) {
+			t.Errorf("%q: errors %v, want one containing %q", tt.yaml, le.Errors, tt.want)
+		}
+	}
+}
+
 func TestRuntimeAndTools(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -678,7 +713,7 @@ func TestLoadErrorText(t *testing.T) {
 	want := []string{
 		main + ":17: bcp_channels[0].subscriptions[1].category: 3 exceeds channel max_category 2",
 		zz + ":1: name: required",
-		zz + ":3: budget: unknown field (known: autostart, bcp_channels, cron_schedules, description, env, idle_timeout, max_turns, model, name, runtime, runtime_dialect, sandbox, tools, workdir)",
+		zz + ":3: budget: unknown field (known: autostart, bcp_channels, cron_schedules, description, env, idle_timeout, max_turns, model, name, runtime, runtime_dialect, sandbox, tools, turn_timeout, workdir)",
 	}
 	var got []string
 	form := regexp.MustCompile(`^(.+\.md):(\d+): ([a-z_]+(\[\d+\])?)(\.[a-z_]+(\[\d+\])?)*: .+$`)

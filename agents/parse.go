@@ -182,6 +182,7 @@ func parse(d *decoder, data []byte) *Definition {
 		},
 		"sandbox":         func(n *yaml.Node, p string) { d.sandbox(n, p, def) },
 		"runtime_dialect": func(n *yaml.Node, p string) { d.dialect(n, p, def) },
+		"turn_timeout":    func(n *yaml.Node, p string) { d.turnTimeout(n, p, def) },
 	})
 	if def.Name == "" && !d.has("name") {
 		d.errorf(1, "name", "required")
@@ -202,6 +203,25 @@ func (d *decoder) dialect(n *yaml.Node, p string, def *Definition) {
 		default:
 			d.fail(n, p, "must be %s or %s, got %q", DialectBCPGW, DialectTriOnyx, s)
 		}
+	}
+}
+
+// turnTimeout decodes turn_timeout into def (both formats): a Go
+// duration of at least a second. There is no "never", unlike idle_timeout:
+// a runtime that hangs in a turn would hold its work for ever.
+func (d *decoder) turnTimeout(n *yaml.Node, p string, def *Definition) {
+	s, ok := d.str(n, p)
+	if !ok {
+		return
+	}
+	v, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		d.fail(n, p, "%q is not a duration (examples: 90s, 15m, 2h)", s)
+	case v < time.Second:
+		d.fail(n, p, "must be at least 1s, got %q: there is no \"never\"; give a long one (e.g. 24h) for runtimes whose turns take hours", s)
+	default:
+		def.TurnTimeout = v
 	}
 }
 

@@ -286,6 +286,7 @@ tools: Write
 fs_write: ["/out/**", "/out/deeper/**", "/notes.md"]
 env: {ANTHROPIC_BASE_URL: "${LLM_URL}"}
 runtime_dialect: bcpgw
+turn_timeout: 45m
 ---
 `,
 	})
@@ -301,6 +302,9 @@ runtime_dialect: bcpgw
 	d := set.Agent("writer")
 	if d.Dialect != agents.DialectBCPGW {
 		t.Errorf("runtime_dialect: bcpgw read as %q", d.Dialect)
+	}
+	if d.TurnTimeout != 45*time.Minute {
+		t.Errorf("turn_timeout: 45m read as %v", d.TurnTimeout)
 	}
 	if len(d.Sandbox.Network.Allow) != 1 || d.Sandbox.Network.Allow[0].String() != "127.0.0.1:8089" {
 		t.Errorf("network %+v, want the model API at ANTHROPIC_BASE_URL only", d.Sandbox.Network)

@@ -66,6 +66,7 @@ func (o *Operator) Agents(ctx context.Context) ([]control.Agent, error) {
 		a := control.Agent{
 			Name: d.Name, Description: d.Description, Roles: roles(d), State: string(st.State), Autostart: d.Autostart,
 			Held: st.Held, Session: st.Session, PID: st.PID, Since: st.Since, Crashes: st.Crashes, LastError: st.LastErr,
+			RetryAt:  st.RetryAt,
 			Channels: []control.Channel{},
 		}
 		for _, ch := range d.Channels {

@@ -30,6 +30,11 @@ import (
 const (
 	DefaultReadyTimeout = 30 * time.Second
 	DefaultGrace        = 5 * time.Second
+	// DefaultTurnTimeout bounds one turn when neither the definition
+	// (turn_timeout) nor the gateway (bcpgw run --turn-timeout) says
+	// otherwise. Generous: a model turn with many tool calls takes
+	// minutes; a runtime silent for a quarter of an hour is hung.
+	DefaultTurnTimeout = 15 * time.Minute
 	// DefaultFloodRate and DefaultFloodBurst bound what one runtime may
 	// write on stdout: 200 lines a second sustained, bursts of 1,000. An
 	// agent driven by a model writes a few lines a second; a runtime over
@@ -78,6 +83,11 @@ type SessionConfig struct {
 	// Grace is how long a stopping runtime gets after shutdown, and again
 	// after SIGTERM, before SIGKILL. Default DefaultGrace.
 	Grace time.Duration
+	// TurnTimeout bounds a turn of an agent whose definition sets no
+	// turn_timeout: a runtime with no result within it is stopped as a
+	// crashed one, and the turn goes to the next session. Default
+	// DefaultTurnTimeout.
+	TurnTimeout time.Duration
 	// MaxLine bounds one stdout line. Default runtime.DefaultMaxLine.
 	MaxLine int
 	// FloodRate (lines per second) and FloodBurst bound stdout and stderr.
@@ -123,6 +133,9 @@ func (c *SessionConfig) defaults() {
 	}
 	if c.Grace <= 0 {
 		c.Grace = DefaultGrace
+	}
+	if c.TurnTimeout <= 0 {
+		c.TurnTimeout = DefaultTurnTimeout
 	}
 	if c.MaxLine <= 0 {
 		c.MaxLine = runtime.DefaultMaxLine

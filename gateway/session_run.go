@@ -36,6 +36,9 @@ type loop struct {
 	asked    bool   // the stop was requested (not a crash)
 	timer    Timer  // ready, idle or stop-phase timer
 	flood    *bucket
+	// turnTimer fires when the turn in flight has had its turn timeout
+	// without a result; stoppedTimer when no turn is in flight.
+	turnTimer Timer
 }
 
 // run is the session's owner goroutine. It ends when the runtime has
@@ -43,6 +46,7 @@ type loop struct {
 func (s *Session) run(lines <-chan lineEvent, exited <-chan error) {
 	l := &loop{flood: newBucket(s.cfg.Clock, s.cfg.FloodRate, s.cfg.FloodBurst)}
 	l.timer = s.cfg.Clock.NewTimer(s.cfg.ReadyTimeout)
+	l.turnTimer = stoppedTimer{}
 	var exitErr error
 	for {
 		select {
@@ -76,6 +80,8 @@ func (s *Session) run(lines <-chan lineEvent, exited <-chan error) {
 			}
 		case <-l.timer.C():
 			s.timeout(l)
+		case <-l.turnTimer.C():
+			s.turnTimedOut(l)
 		case exitErr = <-exited:
 			s.finish(l, exitErr)
 			return
@@ -120,6 +126,7 @@ func (s *Session) dispatch(l *loop) {
 	l.queue = l.queue[1:]
 	s.resetTimer(l, 0) // busy: no idle timer while a turn runs
 	l.inFlight = &t
+	l.turnTimer = s.cfg.Clock.NewTimer(s.turnTimeout())
 	if err := s.send(t.msg); err != nil {
 		s.stopNow(l, err.Error())
 	}
@@ -144,6 +151,33 @@ func (s *Session) timeout(l *loop) {
 		l.phase = killed
 		s.resetTimer(l, 0)
 	}
+}
+
+// turnTimeout is the agent's turn_timeout, else the gateway's default.
+func (s *Session) turnTimeout() time.Duration {
+	if d := s.cfg.Def.TurnTimeout; d > 0 {
+		return d
+	}
+	return s.cfg.TurnTimeout
+}
+
+// turnTimedOut ends a session whose runtime has not answered the turn in
+// flight within the turn timeout: it is hung (deadlocked, SIGSTOPped,
+// waiting for something that never comes) and holds its work for ever
+// otherwise. The stop is the usual graceful sequence, whose SIGKILL ends
+// even a stopped process; it is not a requested stop but the runtime's
+// failure, so Err reports it like a crash: the supervisor restarts the
+// agent (counting it toward failed), and the turn's owner gets
+// ErrSessionClosed and sends the turn to the next session (the courier
+// marks a delivery redelivered).
+func (s *Session) turnTimedOut(l *loop) {
+	if l.inFlight == nil || l.phase != running {
+		return // answered, or already stopping
+	}
+	why := fmt.Sprintf("turn timeout: no result for %s within %s", turnName(l.inFlight.msg), s.turnTimeout())
+	s.log.Error("runtime hung in a turn; stopping it", "reason", why)
+	s.audit("turn_timeout", "", why, nil)
+	s.beginStop(l, why, false)
 }
 
 // beginStop starts the graceful sequence: shutdown, then close stdin.
@@ -188,6 +222,7 @@ func (s *Session) startFailed(l *loop, why string) {
 // finish records how the session ended and releases everyone waiting.
 func (s *Session) finish(l *loop, waitErr error) {
 	l.timer.Stop()
+	l.turnTimer.Stop()
 	exit := &ExitError{Agent: s.name, Code: s.cmd.ProcessState.ExitCode(), Reason: l.stopWhy, Stderr: s.stderrTail()}
 	var ee *exec.ExitError
 	if errors.As(waitErr, &ee) {
@@ -276,6 +311,8 @@ func (s *Session) handleLine(l *loop, ev lineEvent) {
 			return
 		}
 		s.audit("turn_done", "", turnDetail(l.inFlight.msg, env), env.Raw)
+		l.turnTimer.Stop()
+		l.turnTimer = stoppedTimer{}
 		l.inFlight.done <- nil
 		l.inFlight = nil
 		s.dispatch(l)
@@ -360,17 +397,7 @@ func (s *Session) unsupported(env runtime.Envelope, why string) {
 // time, cost and tokens, read from usage{} or from the top-level counts
 // TriOnyx's runtime writes.
 func turnDetail(msg any, env runtime.Envelope) string {
-	what := "turn"
-	switch m := msg.(type) {
-	case runtime.Prompt:
-		what = "prompt"
-	case runtime.Query:
-		what = "query " + m.QueryID
-	case runtime.ResponseDelivery:
-		what = "delivery " + m.DeliveryID
-	case runtime.QueryError:
-		what = "query error for request " + m.RequestID
-	}
+	what := turnName(msg)
 	var r runtime.Result
 	if err := env.Decode(&r); err != nil {
 		return what + " done; its result could not be read: " + err.Error()
@@ -387,6 +414,22 @@ func turnDetail(msg any, env runtime.Envelope) string {
 		b.WriteString(", is_error")
 	}
 	return b.String()
+}
+
+// turnName says what a turn is, for its events: "delivery dlv-...",
+// "query q-...", "prompt".
+func turnName(msg any) string {
+	switch m := msg.(type) {
+	case runtime.Prompt:
+		return "prompt"
+	case runtime.Query:
+		return "query " + m.QueryID
+	case runtime.ResponseDelivery:
+		return "delivery " + m.DeliveryID
+	case runtime.QueryError:
+		return "query error for request " + m.RequestID
+	}
+	return "turn"
 }
 
 func (s *Session) route(env runtime.Envelope) {

@@ -20,9 +20,20 @@ const (
 	BackoffInitial = time.Second
 	BackoffMax     = 60 * time.Second
 	// An agent that crashes more than CrashLimit times within CrashWindow
-	// is marked failed until an operator restarts it.
+	// is marked failed (a turn timeout counts as a crash: it is the
+	// runtime's failure too).
 	CrashLimit  = 5
 	CrashWindow = 60 * time.Second
+	// A failed agent is tried again on its own after a cool-down, so that
+	// a runtime that failed for a passing reason (a model API down, a
+	// full disk) does not wait for an operator while its backlog grows:
+	// FailedRetryInitial, doubling with each failure in a row, at most
+	// FailedRetryMax. An agent that has gone HealthyAfter since its last
+	// retry without failing starts over at FailedRetryInitial. An
+	// operator's start (Reset) tries it at once.
+	FailedRetryInitial = 5 * time.Minute
+	FailedRetryMax     = time.Hour
+	HealthyAfter       = time.Hour
 )
 
 // AgentState is where an agent is in its lifecycle.
@@ -34,7 +45,7 @@ const (
 	StateStarting AgentState = "starting" // spawned, waiting for ready
 	StateRunning  AgentState = "running"
 	StateBackoff  AgentState = "backoff" // crashed; restarting after a delay
-	StateFailed   AgentState = "failed"  // crashed too often; needs an operator
+	StateFailed   AgentState = "failed"  // crashed too often; retried after a cool-down
 )
 
 // ErrNoAgent is returned for an agent name the definitions do not have.
@@ -43,7 +54,7 @@ var ErrNoAgent = errors.New("no such agent")
 // ErrAgentFailed is returned for work sent to an agent in the failed state:
 // it crashed too often, or cannot start at all (its sandbox cannot be
 // built); bcpgw agents shows why.
-var ErrAgentFailed = errors.New("agent failed: restart it after fixing the cause (bcpgw agents shows it)")
+var ErrAgentFailed = errors.New("agent failed: it is retried after a cool-down, or at once by an operator's start (bcpgw agents shows why)")
 
 // SupervisorConfig configures a Supervisor.
 type SupervisorConfig struct {
@@ -64,9 +75,10 @@ type SupervisorConfig struct {
 
 // Supervisor keeps one session per agent: it starts sessions on demand
 // and at boot (autostart), restarts crashed ones with exponential backoff
-// (1s doubling to 60s), and marks an agent failed after more than five
-// crashes in a minute. One goroutine (Run) owns all agent state; the
-// methods send it requests.
+// (1s doubling to 60s), marks an agent failed after more than five
+// crashes in a minute, and retries a failed agent after a cool-down (5
+// minutes doubling to an hour). One goroutine (Run) owns all agent
+// state; the methods send it requests.
 type Supervisor struct {
 	cfg    SupervisorConfig
 	log    hclog.Logger
@@ -101,6 +113,12 @@ type agent struct {
 	// announced is what the running session was last told of its
 	// subscriptions.
 	announced []runtime.ActiveSubscription
+	// failures counts the times in a row the agent was marked failed: its
+	// cool-down doubles with each. retryAt is when a failed agent is
+	// tried again (zero when not failed); retriedAt when it last was.
+	failures  int
+	retryAt   time.Time
+	retriedAt time.Time
 }
 
 // AgentStatus is what the supervisor knows of one agent.
@@ -113,6 +131,9 @@ type AgentStatus struct {
 	Crashes int       // crashes within the last CrashWindow
 	Held    bool      // stopped by an operator
 	LastErr string    // why the last session ended, if it crashed
+	// RetryAt is when a failed agent is tried again on its own; zero
+	// unless failed.
+	RetryAt time.Time
 }
 
 type result struct {
@@ -149,6 +170,11 @@ type (
 		sess *Session
 	}
 	retryEv struct {
+		name string
+		gen  int
+	}
+	// failedRetryEv is a failed agent's cool-down ending.
+	failedRetryEv struct {
 		name string
 		gen  int
 	}
@@ -240,7 +266,7 @@ func (sv *Supervisor) handle(ctx context.Context, all map[string]*agent, ev any)
 		}
 		a.held, a.stopOnStart = false, ""
 		if a.state == StateFailed {
-			a.state, a.crashes, a.attempt = StateStopped, nil, 0
+			clearFailed(a)
 			sv.audit(a, "agent_reset", "operator restart")
 			if a.def.Autostart {
 				sv.start(ctx, a)
@@ -327,7 +353,32 @@ func (sv *Supervisor) handle(ctx context.Context, all map[string]*agent, ev any)
 			sv.cfg.Metrics.restarted(a.def.Name, "crash")
 			sv.start(ctx, a)
 		}
+	case failedRetryEv:
+		a := all[ev.name]
+		if a == nil || a.removed || a.state != StateFailed || ev.gen != a.timerGen {
+			return // started by an operator or a reload meanwhile
+		}
+		// As an operator's start would, but the failures in a row are
+		// kept: failing again means a longer cool-down.
+		a.state, a.crashes, a.attempt, a.retryAt = StateStopped, nil, 0, time.Time{}
+		a.retriedAt = sv.cfg.Clock.Now()
+		sv.audit(a, "agent_retry", fmt.Sprintf("trying again after a cool-down of %s (failed %d time(s) in a row)", FailedCoolDown(a.failures-1), a.failures))
+		// Started now if kept running; else by the first work sent to it
+		// (a waiting delivery is retried within a minute).
+		if a.def.Autostart && !a.held {
+			sv.cfg.Metrics.restarted(a.def.Name, "retry")
+			sv.start(ctx, a)
+		}
 	}
+}
+
+// clearFailed takes a failed agent back to stopped for a fresh start (an
+// operator's, or a new definition's): its crashes and failures are
+// forgotten, and its pending retry is off.
+func clearFailed(a *agent) {
+	a.state, a.crashes, a.attempt = StateStopped, nil, 0
+	a.failures, a.retryAt, a.retriedAt = 0, time.Time{}, time.Time{}
+	a.timerGen++
 }
 
 // stopSession stops a's session for an operator, in the background. The
@@ -396,15 +447,27 @@ func (sv *Supervisor) crashed(ctx context.Context, a *agent, err error) {
 	permanent := errors.As(err, &perm) && perm.Permanent()
 	if len(a.crashes) > CrashLimit || permanent {
 		a.state = StateFailed
+		// Even a start that "retrying cannot fix" is retried after the
+		// cool-down: its cause (a kernel setting, a missing file) may be
+		// fixed meanwhile, and a try an hour costs nothing.
+		if !a.retriedAt.IsZero() && now.Sub(a.retriedAt) >= HealthyAfter {
+			a.failures = 0
+		}
+		cool := FailedCoolDown(a.failures)
+		a.failures++
+		a.retryAt = now.Add(cool)
+		a.timerGen++
+		retry := fmt.Sprintf("; retrying at %s (in %s)", a.retryAt.Format("15:04:05"), cool)
 		if permanent {
-			sv.audit(a, "agent_failed", fmt.Sprintf("cannot start: %v", err))
+			sv.audit(a, "agent_failed", fmt.Sprintf("cannot start: %v%s", err, retry))
 		} else {
-			sv.audit(a, "agent_failed", fmt.Sprintf("%d crashes within %s; last: %v", len(a.crashes), CrashWindow, err))
+			sv.audit(a, "agent_failed", fmt.Sprintf("%d crashes within %s; last: %v%s", len(a.crashes), CrashWindow, err, retry))
 		}
 		for _, w := range a.waiters {
 			w <- result{err: fmt.Errorf("%s: %w", a.def.Name, ErrAgentFailed)}
 		}
 		a.waiters = nil
+		sv.after(ctx, cool, failedRetryEv{name: a.def.Name, gen: a.timerGen})
 		return
 	}
 	if (!a.def.Autostart || a.held) && len(a.waiters) == 0 {
@@ -417,20 +480,39 @@ func (sv *Supervisor) crashed(ctx context.Context, a *agent, err error) {
 	a.timerGen++
 	gen := a.timerGen
 	sv.log.Warn("restarting agent after backoff", "agent", a.def.Name, "delay", delay, "error", err)
-	t := sv.cfg.Clock.NewTimer(delay)
+	sv.after(ctx, delay, retryEv{name: a.def.Name, gen: gen})
+}
+
+// after sends ev to Run once d has passed on the supervisor's clock,
+// unless ctx ends first. The goroutine is the supervisor's (sv.wg). A
+// timer overtaken by events is not stopped: its event carries the
+// agent's timer generation and is ignored when stale.
+func (sv *Supervisor) after(ctx context.Context, d time.Duration, ev any) {
+	t := sv.cfg.Clock.NewTimer(d)
 	sv.wg.Add(1)
 	go func() {
 		defer sv.wg.Done()
 		select {
 		case <-t.C():
 			select {
-			case sv.events <- retryEv{name: a.def.Name, gen: gen}:
+			case sv.events <- ev:
 			case <-ctx.Done():
 			}
 		case <-ctx.Done():
 			t.Stop()
 		}
 	}()
+}
+
+// FailedCoolDown is how long a failed agent waits before it is tried
+// again, after its failure n in a row (0-based): 5 minutes doubling,
+// capped at an hour.
+func FailedCoolDown(n int) time.Duration {
+	d := FailedRetryInitial
+	for i := 0; i < n && d < FailedRetryMax; i++ {
+		d *= 2
+	}
+	return min(d, FailedRetryMax)
 }
 
 // Backoff is the delay before restart attempt n (0-based): 1s doubling,
@@ -545,6 +627,9 @@ func (sv *Supervisor) statuses(all map[string]*agent) []AgentStatus {
 		if a.lastErr != nil {
 			st.LastErr = a.lastErr.Error()
 		}
+		if a.state == StateFailed {
+			st.RetryAt = a.retryAt
+		}
 		out = append(out, st)
 	}
 	return out
@@ -576,7 +661,8 @@ func (sv *Supervisor) Start(ctx context.Context, name string) (*Session, error) 
 }
 
 // Reset clears a failed agent so it can start again (an operator's
-// restart).
+// restart), at once rather than after its cool-down; its cool-downs start
+// over.
 func (sv *Supervisor) Reset(ctx context.Context, name string) error {
 	reply := make(chan error, 1)
 	if err := sv.request(ctx, resetReq{name: name, reply: reply}); err != nil {

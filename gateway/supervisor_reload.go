@@ -114,7 +114,7 @@ func (sv *Supervisor) reload(ctx context.Context, all map[string]*agent, set *ag
 // changed, which may be the fix.
 func (sv *Supervisor) replace(ctx context.Context, a *agent, why string) {
 	if a.state == StateFailed {
-		a.state, a.crashes, a.attempt = StateStopped, nil, 0
+		clearFailed(a)
 		sv.audit(a, "agent_reset", why)
 	}
 	switch {
@@ -166,8 +166,8 @@ func (sv *Supervisor) announce(a *agent) bool {
 // restartNeeded reports whether a session started from old would differ
 // from one started from new: its process (argv, env, workdir), its start
 // message (tools, model, system prompt, max turns) or its lifecycle (idle
-// timeout, autostart). Channels, subscriptions, budgets and cron apply to
-// a running session at once and need no restart.
+// and turn timeouts, autostart). Channels, subscriptions, budgets and
+// cron apply to a running session at once and need no restart.
 func restartNeeded(old, new *agents.Definition) bool {
 	return !slices.Equal(old.Runtime, new.Runtime) ||
 		old.Workdir != new.Workdir ||
@@ -177,6 +177,7 @@ func restartNeeded(old, new *agents.Definition) bool {
 		old.MaxTurns != new.MaxTurns ||
 		old.SystemPrompt != new.SystemPrompt ||
 		old.IdleTimeout != new.IdleTimeout ||
+		old.TurnTimeout != new.TurnTimeout ||
 		old.Autostart != new.Autostart ||
 		!sandboxEqual(old.Sandbox, new.Sandbox)
 }

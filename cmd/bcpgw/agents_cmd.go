@@ -67,10 +67,19 @@ func agentNote(a control.Agent) string {
 	if a.Crashes > 0 {
 		notes = append(notes, fmt.Sprintf("%d crashes/min", a.Crashes))
 	}
+	if !a.RetryAt.IsZero() {
+		notes = append(notes, retryNote(a.RetryAt))
+	}
 	if a.LastError != "" && a.State != "running" {
 		notes = append(notes, "last error: "+tui.Printable(a.LastError))
 	}
 	return strings.Join(notes, "; ")
+}
+
+// retryNote says when a failed agent is tried again on its own, in the
+// operator's local time.
+func retryNote(at time.Time) string {
+	return "retrying at " + at.Local().Format("15:04")
 }
 
 func newAgentActionCmd(action, short string) *cobra.Command {

@@ -26,7 +26,7 @@ import (
 
 func newRunCmd() *cobra.Command {
 	var agentsDir, stateDir, logFormat, logLevel, metricsAddr string
-	var approvalTTL, queryTimeout time.Duration
+	var approvalTTL, queryTimeout, turnTimeout time.Duration
 	retain := retainFlag(store.DefaultRetain)
 	var watch, allowUnsandboxed bool
 	var compat compatFlags
@@ -61,6 +61,12 @@ batches; pending deliveries and items are never deleted, and the exposure
 figures of bcpgw report are kept apart and survive. bcpgw events --since
 N for an N older than that says which events were pruned.
 
+--turn-timeout bounds one turn of a runtime (a delivery, a prompt, a
+query): one that gives no result within it is hung, and is stopped
+(SIGKILL ends even a stopped process), restarted, and sent the turn again.
+Default 15m; a definition's turn_timeout overrides it for its agent. A
+timeout counts as a crash toward the failed state.
+
 --metrics-addr serves Prometheus metrics (bcpgw_*) at /metrics on that
 address; a bare port listens on 127.0.0.1 only. Off by default.
 ` + compatHelp + `
@@ -74,6 +80,8 @@ each fs_write DIR/**).`,
 				return errors.New("--agents is required (or set BCPGW_AGENTS)")
 			case stateDir == "":
 				return errors.New("--state is required (or set BCPGW_STATE)")
+			case turnTimeout < time.Second:
+				return fmt.Errorf("--turn-timeout must be at least 1s, got %s", turnTimeout)
 			}
 			// What this process inherited beyond stdin, stdout and
 			// stderr must not reach the runtimes (sandboxed or not):
@@ -149,7 +157,7 @@ each fs_write DIR/**).`,
 			}
 			gw, err := gateway.New(gateway.Config{Set: set, Store: st, Logger: logger, ApprovalTTL: approvalTTL, QueryTimeout: queryTimeout,
 				StateDir: stateDir, AllowUnsandboxed: allowUnsandboxed,
-				Session: gateway.SessionConfig{Spawn: rp.Start, Release: rp.Release},
+				Session: gateway.SessionConfig{Spawn: rp.Start, Release: rp.Release, TurnTimeout: turnTimeout},
 				Watch:   watch, Metrics: metrics})
 			if err != nil {
 				return err
@@ -203,6 +211,7 @@ each fs_write DIR/**).`,
 	f.StringVar(&stateDir, "state", os.Getenv("BCPGW_STATE"), "state directory (env BCPGW_STATE)")
 	f.DurationVar(&approvalTTL, "approval-ttl", gateway.DefaultApprovalTTL, "how long an approval item waits for a decision before it expires")
 	f.DurationVar(&queryTimeout, "query-timeout", gateway.DefaultQueryTimeout, "how long a Reader has to answer a query")
+	f.DurationVar(&turnTimeout, "turn-timeout", gateway.DefaultTurnTimeout, "how long a runtime has to answer a turn (a delivery, a prompt, a query) before it is restarted and the turn redelivered; an agent's turn_timeout overrides it")
 	f.Var(&retain, "retain", "how long to keep finished deliveries, decided approval items and events (30d, 12h...; 0 keeps everything)")
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address (a bare port means 127.0.0.1); off when empty")
 	f.BoolVar(&watch, "watch", true, "reload the definitions when a .md file in --agents changes")

@@ -44,10 +44,15 @@ the state directory.`,
 					}
 					for _, a := range list {
 						if a.State == "failed" {
-							fmt.Fprintf(w, "  FAILED %s: %s\n", a.Name, a.LastError)
+							retry := ""
+							if !a.RetryAt.IsZero() {
+								retry = "; " + retryNote(a.RetryAt)
+							}
+							fmt.Fprintf(w, "  FAILED %s: %s%s\n", a.Name, a.LastError, retry)
 						}
 					}
-					fmt.Fprintf(w, "  fix the cause, then: bcpgw agents start NAME (or edit its definition: a reload retries it)\n")
+					fmt.Fprintf(w, "  retried on their own after a cool-down (5m doubling to 1h); to retry at once, fix the cause, then:\n")
+					fmt.Fprintf(w, "  bcpgw agents start NAME (or edit its definition: a reload retries it)\n")
 				}
 				fmt.Fprintf(w, "approvals:  %d pending\n", st.PendingApprovals)
 				fmt.Fprintf(w, "deliveries: %d waiting for their Controller\n", st.PendingDeliveries)

@@ -60,6 +60,7 @@ type Agent struct {
 	Since       time.Time `json:"since,omitzero"`
 	Crashes     int       `json:"crashes,omitempty"`
 	LastError   string    `json:"last_error,omitempty"`
+	RetryAt     time.Time `json:"retry_at,omitzero"` // when a failed agent is tried again on its own
 	Channels    []Channel `json:"channels"`
 }
 
