@@ -11,6 +11,14 @@
 //	benchrt controller N OUT answers every delivery with result at once;
 //	                         after N, writes to OUT one line per push: the
 //	                         send and receive times in unix nanoseconds
+//	benchrt flood SECS OUT   a reader that publishes as fast as the pipe
+//	                         takes them for SECS seconds, then, once every
+//	                         verdict is in, writes to OUT: the end of the
+//	                         flood (unix ns), pushes sent, accepted,
+//	                         refused with backlog_full, refused otherwise
+//	benchrt controller-log - OUT answers every delivery with result at
+//	                         once and appends its send and receive times
+//	                         to OUT as it goes (BenchmarkFlood)
 package main
 
 import (
@@ -19,6 +27,8 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -26,6 +36,12 @@ func main() {
 	if len(os.Args) < 3 {
 		fmt.Fprintln(os.Stderr, "usage: benchrt reader N RATE | benchrt controller N OUT")
 		os.Exit(2)
+	}
+	if os.Args[1] == "controller-log" && len(os.Args) == 4 {
+		in := bufio.NewScanner(os.Stdin)
+		in.Buffer(make([]byte, 1<<20), 1<<20)
+		controllerLog(in, bufio.NewWriter(os.Stdout), os.Args[3])
+		return
 	}
 	n, err := strconv.Atoi(os.Args[2])
 	if err != nil || len(os.Args) != 4 {
@@ -41,6 +57,8 @@ func main() {
 		reader(in, out, n, rate)
 	case "controller":
 		controller(in, out, n, os.Args[3])
+	case "flood":
+		flood(in, out, time.Duration(n)*time.Second, os.Args[3])
 	}
 }
 
@@ -122,5 +140,101 @@ func write(path string, sent, recv []int64) {
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, b.Bytes(), 0o600); err == nil {
 		err = os.Rename(tmp, path)
+	}
+}
+
+var (
+	typeVerdict = []byte(`"type":"bcp_validation_result"`)
+	success     = []byte(`"success":true`)
+	backlogFull = []byte(`"detail":"backlog_full:`)
+)
+
+// flood publishes flat out for d, then waits for every verdict and writes
+// its counts to path.
+func flood(in *bufio.Scanner, out *bufio.Writer, d time.Duration, path string) {
+	var sent, ended, verdicts, accepted, full, other atomic.Int64
+	sent.Store(-1) // not done sending
+	var once sync.Once
+	// report writes the counts once every verdict is in; both the sender
+	// (done sending) and the reader of verdicts (one more) check.
+	report := func() {
+		if verdicts.Load() != sent.Load() {
+			return
+		}
+		once.Do(func() {
+			data := fmt.Sprintf("%d %d %d %d %d\n", ended.Load(), sent.Load(), accepted.Load(), full.Load(), other.Load())
+			tmp := path + ".tmp"
+			if err := os.WriteFile(tmp, []byte(data), 0o600); err == nil {
+				_ = os.Rename(tmp, path)
+			}
+		})
+	}
+	for in.Scan() {
+		line := in.Bytes()
+		switch {
+		case bytes.Contains(line, typeStart):
+			out.WriteString(`{"type":"ready"}` + "\n")
+			out.Flush()
+		case bytes.Contains(line, typeSubs):
+			go func() {
+				stop := time.Now().Add(d)
+				n := int64(0)
+				for time.Now().Before(stop) {
+					for range 64 {
+						fmt.Fprintf(out, `{"type":"bcp_response","subscription_id":"load","controller":"main","response":{"t":"%d"}}`+"\n", time.Now().UnixNano())
+						n++
+					}
+					out.Flush()
+				}
+				ended.Store(time.Now().UnixNano())
+				sent.Store(n)
+				report()
+			}()
+		case bytes.Contains(line, typeVerdict):
+			switch {
+			case bytes.Contains(line, success):
+				accepted.Add(1)
+			case bytes.Contains(line, backlogFull):
+				full.Add(1)
+			default:
+				other.Add(1)
+			}
+			verdicts.Add(1)
+			report()
+		}
+	}
+}
+
+// controllerLog answers every delivery at once and appends its send and
+// receive times to path.
+func controllerLog(in *bufio.Scanner, out *bufio.Writer, path string) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "benchrt:", err)
+		os.Exit(1)
+	}
+	log := bufio.NewWriter(f)
+	for in.Scan() {
+		line := in.Bytes()
+		if bytes.Contains(line, typeStart) {
+			out.WriteString(`{"type":"ready"}` + "\n")
+			out.Flush()
+			continue
+		}
+		i := bytes.Index(line, sentAt)
+		if i < 0 {
+			continue
+		}
+		now := time.Now().UnixNano()
+		rest := line[i+len(sentAt):]
+		end := bytes.IndexByte(rest, '"')
+		t, err := strconv.ParseInt(string(rest[:max(end, 0)]), 10, 64)
+		if err != nil {
+			continue
+		}
+		fmt.Fprintf(log, "%d %d\n", t, now)
+		log.Flush()
+		out.WriteString(`{"type":"result","duration_ms":0,"num_turns":1,"cost_usd":0,"is_error":false}` + "\n")
+		out.Flush()
 	}
 }

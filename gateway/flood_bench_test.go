@@ -1,0 +1,155 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/bcpgw/bcpgw/agents"
+	"github.com/bcpgw/bcpgw/gateway/store"
+)
+
+// BenchmarkFlood is one Reader publishing flat out for 30 seconds to a
+// Controller that answers every delivery at once (internal/benchrt flood
+// and controller-log), with the default backlog limit. It reports the
+// deliveries the Controller received during the flood divided by the
+// pushes accepted during it (the goal is 0.9 or more: delivery is not
+// starved), the pushes refused with backlog_full, any accepted push never
+// delivered (lost: must be 0), and the gateway's heap at the end of the
+// flood. BCPGW_FLOOD_SECONDS shortens it.
+func BenchmarkFlood(b *testing.B) {
+	secs := 30
+	if v := os.Getenv("BCPGW_FLOOD_SECONDS"); v != "" {
+		fmt.Sscan(v, &secs)
+	}
+	var r floodResult
+	for range b.N {
+		r = runFlood(b, secs)
+	}
+	b.ReportMetric(float64(r.deliveredDuring)/float64(r.accepted), "delivered/accepted")
+	b.ReportMetric(float64(r.accepted), "accepted")
+	b.ReportMetric(float64(r.full), "backlog_full")
+	b.ReportMetric(float64(r.other), "other-refusals")
+	b.ReportMetric(float64(r.accepted-r.delivered), "lost")
+	b.ReportMetric(float64(r.heap)/(1<<20), "heap-MiB")
+	b.ReportMetric(0, "ns/op")
+}
+
+type floodResult struct {
+	accepted, full, other, deliveredDuring, delivered int64
+	heap                                              uint64
+}
+
+func runFlood(b *testing.B, secs int) floodResult {
+	b.Helper()
+	dir := b.TempDir()
+	readerOut := filepath.Join(agents.DefaultWorkdir(dir, "researcher"), "flood")
+	controllerOut := filepath.Join(agents.DefaultWorkdir(dir, "main"), "received")
+	for _, p := range []string{readerOut, controllerOut} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			b.Fatal(err)
+		}
+	}
+	defs := map[string]string{
+		"main.md": fmt.Sprintf(`---
+name: main
+runtime: [%q, "controller-log", "-", %q]
+autostart: true
+bcp_channels:
+  - peer: researcher
+    role: controller
+    max_category: 2
+    budget_bits: 1000000000
+    subscriptions:
+      - {id: load, category: 2, questions: [{id: t, question: "When?", max_words: 1}]}
+---
+`, benchrtPath, controllerOut),
+		"researcher.md": fmt.Sprintf(`---
+name: researcher
+runtime: [%q, "flood", "%d", %q]
+autostart: true
+tools: [BCPPublish]
+bcp_channels:
+  - {peer: main, role: reader, max_category: 2, budget_bits: 1000000000}
+---
+`, benchrtPath, secs, readerOut),
+	}
+	agentsDir := filepath.Join(dir, "agents")
+	if err := os.Mkdir(agentsDir, 0o700); err != nil {
+		b.Fatal(err)
+	}
+	for name, body := range defs {
+		if err := os.WriteFile(filepath.Join(agentsDir, name), []byte(body), 0o600); err != nil {
+			b.Fatal(err)
+		}
+	}
+	set, err := agents.LoadDir(agentsDir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, err := store.Open(filepath.Join(dir, "bcpgw.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	gw, err := New(Config{Set: set, Store: st, StateDir: dir, Logger: hclog.New(&hclog.LoggerOptions{Output: os.Stderr, Level: hclog.Error}),
+		// The flooding Reader is the point: no line limit stops it.
+		Session: SessionConfig{FloodRate: 1e9, FloodBurst: 1e9}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- gw.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			b.Error(err)
+		}
+	}()
+	waitFile(b, readerOut) // every verdict is in
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	var r floodResult
+	var ended, sent int64
+	data, err := os.ReadFile(readerOut)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := fmt.Sscan(string(data), &ended, &sent, &r.accepted, &r.full, &r.other); err != nil {
+		b.Fatal(err)
+	}
+	r.heap = ms.HeapInuse
+	// Then every accepted push reaches the Controller.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		r.delivered, r.deliveredDuring = 0, 0
+		f, err := os.Open(controllerOut)
+		if err == nil {
+			sc := bufio.NewScanner(f)
+			for sc.Scan() {
+				var sentAt, recv int64
+				if _, err := fmt.Sscan(strings.TrimSpace(sc.Text()), &sentAt, &recv); err != nil {
+					continue
+				}
+				r.delivered++
+				if recv <= ended {
+					r.deliveredDuring++
+				}
+			}
+			f.Close()
+		}
+		if r.delivered >= r.accepted || time.Now().After(deadline) {
+			return r
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
