@@ -1,0 +1,141 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/bcpgw/bcpgw/agents"
+	"github.com/bcpgw/bcpgw/gateway/store"
+)
+
+// BenchmarkHeapWithPendingBacklog starts a gateway on a state file that
+// holds 1,000, then 1,000,000 pending deliveries for one Controller
+// (accepted by an earlier run), lets the Controller acknowledge the first
+// 1,000, and reports the gateway's heap in use then, for both, and their
+// ratio: the outbox reads the backlog a page at a time, so the heap
+// should not grow with it (goal: a ratio near 1).
+func BenchmarkHeapWithPendingBacklog(b *testing.B) {
+	var small, large uint64
+	for range b.N {
+		small = heapWithBacklog(b, 1_000)
+		large = heapWithBacklog(b, 1_000_000)
+	}
+	b.ReportMetric(float64(small)/(1<<20), "heap-MiB-1k")
+	b.ReportMetric(float64(large)/(1<<20), "heap-MiB-1M")
+	b.ReportMetric(float64(large)/float64(small), "ratio")
+	b.ReportMetric(0, "ns/op")
+}
+
+func heapWithBacklog(b *testing.B, pending int) uint64 {
+	b.Helper()
+	b.StopTimer()
+	defer b.StartTimer()
+	dir := b.TempDir()
+	received := filepath.Join(agents.DefaultWorkdir(dir, "main"), "received")
+	if err := os.MkdirAll(filepath.Dir(received), 0o700); err != nil {
+		b.Fatal(err)
+	}
+	agentsDir := filepath.Join(dir, "agents")
+	if err := os.Mkdir(agentsDir, 0o700); err != nil {
+		b.Fatal(err)
+	}
+	defs := map[string]string{
+		"main.md": fmt.Sprintf(`---
+name: main
+runtime: [%q, "controller-log", "-", %q]
+bcp_channels:
+  - peer: researcher
+    role: controller
+    max_category: 2
+    budget_bits: 1000000000
+    subscriptions:
+      - {id: load, category: 2, questions: [{id: t, question: "When?", max_words: 1}]}
+---
+`, benchrtPath, received),
+		"researcher.md": "---\nname: researcher\nruntime: [\"true\"]\ntools: [BCPPublish]\nbcp_channels:\n  - {peer: main, role: reader, max_category: 2, budget_bits: 1000000000}\n---\n",
+	}
+	for name, body := range defs {
+		if err := os.WriteFile(filepath.Join(agentsDir, name), []byte(body), 0o600); err != nil {
+			b.Fatal(err)
+		}
+	}
+	set, err := agents.LoadDir(agentsDir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, err := store.Open(filepath.Join(dir, "bcpgw.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	// The earlier run's backlog, written flat out.
+	errs := make(chan error, 1)
+	for i := range pending {
+		d := store.Delivery{Controller: "main", Reader: "researcher", SubscriptionID: "load", Category: 2,
+			Response: json.RawMessage(fmt.Sprintf(`{"t":"%d"}`, time.Now().UnixNano())), Bits: 3, CreatedAt: time.Now()}
+		st.AddDeliveryThen(d, nil, func(_ store.Delivery, err error) {
+			if err != nil && i >= 0 {
+				select {
+				case errs <- err:
+				default:
+				}
+			}
+		})
+	}
+	if err := st.AppendSync(context.Background(), store.Event{Time: time.Now(), Kind: "bench_barrier"}); err != nil {
+		b.Fatal(err)
+	}
+	select {
+	case err := <-errs:
+		b.Fatal(err)
+	default:
+	}
+	runtime.GC()
+	gw, err := New(Config{Set: set, Store: st, StateDir: dir, Logger: hclog.New(&hclog.LoggerOptions{Output: os.Stderr, Level: hclog.Error})})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- gw.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			b.Error(err)
+		}
+	}()
+	deadline := time.Now().Add(2 * time.Minute)
+	for countLines(received) < 1000 {
+		if time.Now().After(deadline) {
+			b.Fatalf("the controller got %d deliveries in 2 minutes, want 1000", countLines(received))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapInuse
+}
+
+func countLines(path string) int {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	n := 0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		n++
+	}
+	return n
+}
