@@ -27,3 +27,15 @@ func TestFormatEventNeutralizesTerminalControls(t *testing.T) {
 		t.Errorf("agentNote = %q: the escape must be made visible", note)
 	}
 }
+
+// A failed agent's note says when it is tried again, in local time.
+func TestAgentNoteSaysWhenAFailedAgentIsRetried(t *testing.T) {
+	at := time.Date(2026, 11, 21, 14, 5, 30, 0, time.Local)
+	note := agentNote(control.Agent{State: "failed", RetryAt: at, LastError: "boom"})
+	if !strings.Contains(note, "retrying at 14:05") || !strings.Contains(note, "last error: boom") {
+		t.Errorf("agentNote = %q, want when it is retried and why it failed", note)
+	}
+	if note := agentNote(control.Agent{State: "running"}); strings.Contains(note, "retrying") {
+		t.Errorf("agentNote of a running agent = %q", note)
+	}
+}

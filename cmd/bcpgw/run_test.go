@@ -111,6 +111,7 @@ func TestRunUsageAndDefinitionErrors(t *testing.T) {
 		{"bad level", []string{"run", "--agents", demoSet(t), "--state", t.TempDir(), "--log-level", "loud"}, 2, `--log-level: "loud"`},
 		{"bad format", []string{"run", "--agents", demoSet(t), "--state", t.TempDir(), "--log-format", "xml"}, 2, `--log-format: "xml"`},
 		{"invalid set", []string{"run", "--agents", bad, "--state", t.TempDir()}, 1, "x.md: no frontmatter"},
+		{"bad turn timeout", []string{"run", "--agents", demoSet(t), "--state", t.TempDir(), "--turn-timeout", "0"}, 2, "--turn-timeout must be at least 1s, got 0s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
