@@ -416,7 +416,7 @@ func turnDetail(msg any, env runtime.Envelope) string {
 	return b.String()
 }
 
-// turnName says what a turn is, for its events: "delivery dlv-...",
+// turnName says what a turn is, for its events: "delivery dl-...",
 // "query q-...", "prompt".
 func turnName(msg any) string {
 	switch m := msg.(type) {
