@@ -135,11 +135,12 @@ func (o *Operator) Prompt(ctx context.Context, by control.Peer, p control.Prompt
 	return nil
 }
 
-// Approvals implements control.Backend: pending items when status is
-// empty, every item when it is "all".
-func (o *Operator) Approvals(ctx context.Context, status string) ([]control.Approval, error) {
+// Approvals implements control.Backend: a page of the pending items when
+// the status is empty, of every item when it is "all". The store reads
+// just that page, through an index.
+func (o *Operator) Approvals(ctx context.Context, p control.ApprovalsParams) ([]control.Approval, error) {
 	var st store.ApprovalStatus
-	switch status {
+	switch status := p.Status; status {
 	case "", string(store.ApprovalPending):
 		st = store.ApprovalPending
 	case "all":
@@ -148,7 +149,7 @@ func (o *Operator) Approvals(ctx context.Context, status string) ([]control.Appr
 	default:
 		return nil, control.Errorf(control.CodeInvalidParams, "status %q: use pending, approved, rejected, expired, dropped or all", status)
 	}
-	items, err := o.g.Approvals(ctx, st)
+	items, err := o.g.cfg.Store.ApprovalsAfter(ctx, st, p.Cursor, p.Limit)
 	if err != nil {
 		return nil, err
 	}
@@ -212,7 +213,7 @@ func decisionError(id string, a *store.Approval, err error) error {
 
 func approvalView(a *store.Approval) control.Approval {
 	v := control.Approval{
-		ID: a.ID, Status: string(a.Status), Controller: a.Controller, Reader: a.Reader, SubscriptionID: a.SubscriptionID,
+		Seq: a.Seq, ID: a.ID, Status: string(a.Status), Controller: a.Controller, Reader: a.Reader, SubscriptionID: a.SubscriptionID,
 		QueryID: a.QueryID, Category: int(a.Category), Directive: a.Directive, Response: a.Response, SHA256: a.SHA256,
 		Anomalies: a.Anomalies, BandwidthBits: a.Bits, CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt,
 		DecidedAt: a.DecidedAt, DecidedBy: a.DecidedBy, DecidedPID: a.DecidedPID,
@@ -228,9 +229,10 @@ func approvalView(a *store.Approval) control.Approval {
 	return v
 }
 
-// Events implements control.Backend.
-func (o *Operator) Events(ctx context.Context, since int64, limit int, types []string) ([]control.Event, error) {
-	evs, err := o.g.cfg.Store.Events(ctx, since, limit, types...)
+// Events implements control.Backend. Every filter is applied by the
+// store's query, through an index (store.QueryEvents).
+func (o *Operator) Events(ctx context.Context, p control.EventsParams) ([]control.Event, error) {
+	evs, err := o.g.cfg.Store.QueryEvents(ctx, store.EventQuery{Since: p.Since, Limit: p.Limit, Kinds: p.Types, Agent: p.Agent})
 	if err != nil {
 		return nil, err
 	}

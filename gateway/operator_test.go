@@ -266,10 +266,17 @@ func TestOperatorApprovalsListShowsPendingItem(t *testing.T) {
 	}
 
 	// The wire: the documented keys are there, with the values above.
-	var raw []map[string]json.RawMessage
-	if err := op.cl.Call(ctx, control.MethodApprovalsList, control.ApprovalsParams{}, &raw); err != nil {
+	var page struct {
+		Items []map[string]json.RawMessage `json:"items"`
+		Next  *int64                       `json:"next"`
+	}
+	if err := op.cl.Call(ctx, control.MethodApprovalsList, control.ApprovalsParams{}, &page); err != nil {
 		t.Fatalf("approvals.list (raw): %v", err)
 	}
+	if page.Next != nil {
+		t.Errorf("approvals.list: next = %d on the only page, want none", *page.Next)
+	}
+	raw := page.Items
 	if len(raw) != 1 {
 		t.Fatalf("approvals.list returned %d items, want 1: %v", len(raw), raw)
 	}

@@ -83,11 +83,47 @@ type PromptParams struct {
 	Text string `json:"text"`
 }
 
-// ApprovalsParams are the params of approvals.list.
+// ApprovalsParams are the params of approvals.list, which answers a page
+// of items (ApprovalsPage), oldest first.
 type ApprovalsParams struct {
 	// Status filters by status; empty means pending, "all" means every
 	// item.
 	Status string `json:"status,omitempty"`
+	// Limit bounds the items of the page: DefaultApprovalsPage when 0,
+	// at most MaxApprovalsPage. A page may hold fewer (see
+	// ApprovalsPage).
+	Limit int `json:"limit,omitempty"`
+	// Cursor continues a listing: only items with a seq greater than it,
+	// i.e. the Next of the previous page. 0 starts from the oldest.
+	Cursor int64 `json:"cursor,omitempty"`
+}
+
+// The sizes of an approvals.list page, in items.
+const (
+	DefaultApprovalsPage = 100
+	MaxApprovalsPage     = 1000
+)
+
+// ApprovalsPage is the result of approvals.list. Next is set when more
+// items follow (when the page was read): pass it as Cursor for the next
+// page. It is 0 on the last page.
+//
+// A page is also cut by size, so that no answer reaches the client's line
+// limit (maxResponseLine, 64 MiB) however large the items are: items are
+// added while their JSON stays within maxApprovalsPageBytes (8 MiB), and
+// the first one always, so a page is at most 8 MiB or one item. One item
+// is far below 64 MiB: its response is at most bcp.MaxResponseBytes (1
+// MiB) before normalization (NFC at most triples it), its directive at
+// most a runtime line (1 MiB), its anomalies one short excerpt per
+// detector and field, and JSON escaping at most multiplies text by six
+// ("<" becomes "\u003c"): about 25 MiB in the very worst case. A page
+// holds fewer than Limit items only when more follow, and Next says so.
+//
+// Before paging, approvals.list answered a bare array of every item: a
+// client of that version reads this object as an error.
+type ApprovalsPage struct {
+	Items []Approval `json:"items"`
+	Next  int64      `json:"next,omitempty"`
 }
 
 // IDParams name one approval item (approvals.get).
@@ -99,6 +135,7 @@ type IDParams struct {
 // that approving delivers; SHA256 is its hash, which a decision must
 // name.
 type Approval struct {
+	Seq            int64           `json:"seq"` // the item's place in the queue: approvals.list's cursor
 	ID             string          `json:"id"`
 	Status         string          `json:"status"`
 	Controller     string          `json:"controller"`
@@ -151,6 +188,9 @@ type EventsParams struct {
 	Since int64    `json:"since"`           // return events with seq > since
 	Limit int      `json:"limit,omitempty"` // at most this many; default and cap MaxEventsPage
 	Types []string `json:"types,omitempty"` // event kinds; "approval_*" matches a prefix
+	// Agent keeps only the events about this agent (Event.Agent: the
+	// sender of a message, the agent whose session or decision it is).
+	Agent string `json:"agent,omitempty"`
 }
 
 // MaxEventsPage caps one page of events.list.
@@ -193,6 +233,7 @@ type Event struct {
 type SubscribeParams struct {
 	Types []string `json:"types,omitempty"`
 	Since *int64   `json:"since,omitempty"`
+	Agent string   `json:"agent,omitempty"` // only events about this agent, as in EventsParams
 }
 
 // SubscribeResult is the result of subscribe. Cursor is the seq after

@@ -1,6 +1,9 @@
 package control
 
-import "context"
+import (
+	"context"
+	"fmt"
+)
 
 // Typed wrappers of Call, one per method.
 
@@ -33,12 +36,34 @@ func (cl *Client) Prompt(ctx context.Context, name, text string) error {
 	return cl.Call(ctx, MethodAgentsPrompt, PromptParams{Name: name, Text: text}, nil)
 }
 
-// Approvals lists approval items: pending ones when status is empty,
-// every one when it is "all".
+// ApprovalsPage returns one page of approval items (see ApprovalsParams).
+func (cl *Client) ApprovalsPage(ctx context.Context, p ApprovalsParams) (ApprovalsPage, error) {
+	var page ApprovalsPage
+	err := cl.Call(ctx, MethodApprovalsList, p, &page)
+	return page, err
+}
+
+// Approvals lists every approval item of a status (pending ones when
+// status is empty, every one when it is "all"), reading them a page of
+// MaxApprovalsPage at a time: no answer is large, but the list is as
+// long as the queue. Use ApprovalsPage to hold less.
 func (cl *Client) Approvals(ctx context.Context, status string) ([]Approval, error) {
-	var items []Approval
-	err := cl.Call(ctx, MethodApprovalsList, ApprovalsParams{Status: status}, &items)
-	return items, err
+	all := []Approval{}
+	p := ApprovalsParams{Status: status, Limit: MaxApprovalsPage}
+	for {
+		page, err := cl.ApprovalsPage(ctx, p)
+		if err != nil {
+			return all, err
+		}
+		all = append(all, page.Items...)
+		if page.Next == 0 {
+			return all, nil
+		}
+		if page.Next <= p.Cursor {
+			return all, fmt.Errorf("%s: the gateway's next cursor %d does not follow %d", MethodApprovalsList, page.Next, p.Cursor)
+		}
+		p.Cursor = page.Next
+	}
 }
 
 // Approval returns one approval item.

@@ -41,6 +41,16 @@ type rpcReply struct {
 	Error  *Error          `json:"error"`
 }
 
+// maxResponseLine is the longest line a Client reads: an answer or a
+// notification longer than that ends the connection (bufio.Scanner:
+// token too long). The server keeps the answers to lists under it by
+// paging them: an approvals.list page is cut by size (see ApprovalsPage),
+// and an events.list page holds at most MaxEventsPage events, each at
+// most about 40 KiB of JSON (the store clips an event's detail to 4 KiB,
+// its payload to 1 KiB and its names to 256 bytes; escaping multiplies
+// that by six at most): under 40 MiB.
+const maxResponseLine = 64 << 20
+
 // Dial connects to the control socket at path. If nothing listens there,
 // the error wraps ErrNotRunning and says how to start the gateway.
 func Dial(ctx context.Context, path string) (*Client, error) {
@@ -96,7 +106,7 @@ func (cl *Client) read() {
 	defer close(cl.done)
 	defer close(cl.notes)
 	sc := bufio.NewScanner(cl.c)
-	sc.Buffer(make([]byte, 0, 64*1024), 64<<20)
+	sc.Buffer(make([]byte, 0, 64*1024), maxResponseLine)
 	var err error
 	for sc.Scan() {
 		var msg struct {

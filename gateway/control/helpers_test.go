@@ -145,11 +145,19 @@ func (f *fakeBackend) Prompt(ctx context.Context, by Peer, p PromptParams) error
 	return f.enter(ctx, "Prompt", by, p)
 }
 
-func (f *fakeBackend) Approvals(ctx context.Context, status string) ([]Approval, error) {
-	err := f.enter(ctx, "Approvals", Peer{}, status)
+// Approvals pages f.approvals as the store does: by Seq, after the
+// cursor, at most p.Limit. Status is only recorded.
+func (f *fakeBackend) Approvals(ctx context.Context, p ApprovalsParams) ([]Approval, error) {
+	err := f.enter(ctx, "Approvals", Peer{}, p)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.approvals, err
+	var out []Approval
+	for _, a := range f.approvals {
+		if a.Seq > p.Cursor && len(out) < p.Limit {
+			out = append(out, a)
+		}
+	}
+	return out, err
 }
 
 func (f *fakeBackend) Approval(ctx context.Context, id string) (Approval, error) {
@@ -173,15 +181,8 @@ func (f *fakeBackend) Reject(ctx context.Context, by Peer, p RejectParams) (Appr
 	return f.approval, err
 }
 
-// eventsQuery is what Events was asked (recorded as its params).
-type eventsQuery struct {
-	Since int64
-	Limit int
-	Types []string
-}
-
-func (f *fakeBackend) Events(ctx context.Context, since int64, limit int, types []string) ([]Event, error) {
-	if err := f.enter(ctx, "Events", Peer{}, eventsQuery{since, limit, types}); err != nil {
+func (f *fakeBackend) Events(ctx context.Context, p EventsParams) ([]Event, error) {
+	if err := f.enter(ctx, "Events", Peer{}, p); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil { // as the store's queries do
@@ -191,9 +192,9 @@ func (f *fakeBackend) Events(ctx context.Context, since int64, limit int, types 
 	defer f.mu.Unlock()
 	var out []Event
 	for _, e := range f.events {
-		if e.Seq > since && matchKind(types, e.Kind) {
+		if e.Seq > p.Since && matchKind(p.Types, e.Kind) && (p.Agent == "" || e.Agent == p.Agent) {
 			out = append(out, e)
-			if len(out) == limit {
+			if len(out) == p.Limit {
 				break
 			}
 		}

@@ -30,11 +30,16 @@ type Backend interface {
 	StartAgent(ctx context.Context, by Peer, name string) error
 	StopAgent(ctx context.Context, by Peer, name string) error
 	Prompt(ctx context.Context, by Peer, p PromptParams) error
-	Approvals(ctx context.Context, status string) ([]Approval, error)
+	// Approvals returns at most p.Limit items of p.Status with seq
+	// greater than p.Cursor, oldest first (the server asks for one more
+	// than a page, to know whether more follow).
+	Approvals(ctx context.Context, p ApprovalsParams) ([]Approval, error)
 	Approval(ctx context.Context, id string) (Approval, error)
 	Approve(ctx context.Context, by Peer, p ApproveParams) (Approval, error)
 	Reject(ctx context.Context, by Peer, p RejectParams) (Approval, error)
-	Events(ctx context.Context, since int64, limit int, types []string) ([]Event, error)
+	// Events returns at most p.Limit events with seq greater than
+	// p.Since, of p.Types and about p.Agent when set, oldest first.
+	Events(ctx context.Context, p EventsParams) ([]Event, error)
 	LastEventSeq(ctx context.Context) (int64, error)
 	// EventsPrunedBefore returns the seq before which every event was
 	// pruned (bcpgw run --retain), 0 if none ever was.
@@ -720,11 +725,7 @@ func (cc *conn) call(req *request) (result any, after func(), err error) {
 		if err := decode(req.Params, &p); err != nil {
 			return nil, nil, err
 		}
-		items, err := b.Approvals(ctx, p.Status)
-		if items == nil {
-			items = []Approval{}
-		}
-		return items, nil, err
+		return approvalsPage(ctx, b, p)
 	case MethodApprovalsGet:
 		var p IDParams
 		if err := decode(req.Params, &p); err != nil {
@@ -763,10 +764,13 @@ func (cc *conn) call(req *request) (result any, after func(), err error) {
 		if err := checkTypes(p.Types); err != nil {
 			return nil, nil, err
 		}
+		if err := checkAgent(p.Agent); err != nil {
+			return nil, nil, err
+		}
 		if p.Limit <= 0 || p.Limit > MaxEventsPage {
 			p.Limit = MaxEventsPage
 		}
-		evs, err := b.Events(ctx, p.Since, p.Limit, p.Types)
+		evs, err := b.Events(ctx, p)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -836,6 +840,75 @@ func prunedNotice(pruned int64) string {
 	return fmt.Sprintf("events before %d were pruned (bcpgw run --retain); the oldest kept is %d", pruned, pruned)
 }
 
+// maxApprovalsPageBytes is how much item JSON an approvals.list page
+// holds at most (besides a first item larger than that alone), far from
+// the client's maxResponseLine (see ApprovalsPage).
+const maxApprovalsPageBytes = 8 << 20
+
+// wireApprovalsPage is ApprovalsPage with its items already encoded:
+// approvalsPage measures each one to cut the page.
+type wireApprovalsPage struct {
+	Items []json.RawMessage `json:"items"`
+	Next  int64             `json:"next,omitempty"`
+}
+
+// approvalsPage answers approvals.list: up to p.Limit items after
+// p.Cursor, fewer if their JSON would pass maxApprovalsPageBytes, with
+// the cursor of the next page when more follow. The backend is asked for
+// one item more than the page, which says whether more follow without
+// counting them.
+func approvalsPage(ctx context.Context, b Backend, p ApprovalsParams) (any, func(), error) {
+	switch {
+	case p.Limit < 0 || p.Cursor < 0:
+		return nil, nil, Errorf(CodeInvalidParams, `"limit" and "cursor" must not be negative`)
+	case p.Limit == 0:
+		p.Limit = DefaultApprovalsPage
+	case p.Limit > MaxApprovalsPage:
+		p.Limit = MaxApprovalsPage
+	}
+	limit := p.Limit
+	p.Limit++
+	items, err := b.Approvals(ctx, p)
+	if err != nil {
+		return nil, nil, err
+	}
+	page := wireApprovalsPage{Items: []json.RawMessage{}}
+	size := 0
+	for i, a := range items {
+		if i == limit {
+			page.Next = items[i-1].Seq
+			break
+		}
+		line, err := json.Marshal(a)
+		if err != nil {
+			return nil, nil, fmt.Errorf("approvals.list: encode item %s: %w", a.ID, err)
+		}
+		if i > 0 && size+len(line) > maxApprovalsPageBytes {
+			page.Next = items[i-1].Seq
+			break
+		}
+		if len(line) > maxResponseLine-4096 {
+			// Cannot happen (see ApprovalsPage); were it to, the client
+			// would drop the connection on this line, so say why instead.
+			return nil, nil, Errorf(CodeInternal, "approval item %s takes %d bytes of JSON, more than a control line may", a.ID, len(line))
+		}
+		size += len(line) + 1 // and a comma
+		page.Items = append(page.Items, line)
+	}
+	return page, nil, nil
+}
+
+// maxAgentName bounds an agent name in a request: longer ones name no
+// agent (the store clips the names it keeps to 256 bytes).
+const maxAgentName = 256
+
+func checkAgent(agent string) error {
+	if len(agent) > maxAgentName {
+		return Errorf(CodeInvalidParams, "agent name of %d bytes: no agent has a name that long", len(agent))
+	}
+	return nil
+}
+
 var typeRule = regexp.MustCompile(`^[a-z0-9_]{1,64}\*?$`)
 
 func checkTypes(types []string) error {
@@ -855,6 +928,9 @@ func (cc *conn) subscribe(params json.RawMessage) (any, func(), error) {
 		return nil, nil, err
 	}
 	if err := checkTypes(p.Types); err != nil {
+		return nil, nil, err
+	}
+	if err := checkAgent(p.Agent); err != nil {
 		return nil, nil, err
 	}
 	var cursor, pruned int64
@@ -903,7 +979,7 @@ func (cc *conn) subscribe(params json.RawMessage) (any, func(), error) {
 			defer close(sub.done)
 			defer cc.unfollow()
 			defer stop()
-			cc.follow(ctx, id, cursor, p.Types)
+			cc.follow(ctx, id, cursor, p.Types, p.Agent)
 		}()
 	}
 	res := SubscribeResult{Subscription: id, Cursor: cursor}
@@ -930,11 +1006,11 @@ func (cc *conn) unfollow() {
 // stored, until ctx ends. It reads from the store rather than from a
 // queue of its own, so a slow client falls behind without the gateway
 // holding anything for it, and catches up without gaps.
-func (cc *conn) follow(ctx context.Context, id string, cursor int64, types []string) {
+func (cc *conn) follow(ctx context.Context, id string, cursor int64, types []string, agent string) {
 	b := cc.s.cfg.Backend
 	for {
 		changed := b.EventsChanged()
-		evs, err := b.Events(ctx, cursor, 256, types)
+		evs, err := b.Events(ctx, EventsParams{Since: cursor, Limit: 256, Types: types, Agent: agent})
 		if err != nil {
 			if ctx.Err() == nil {
 				cc.s.log.Error("control subscription: read events", "error", err)

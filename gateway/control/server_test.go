@@ -19,7 +19,7 @@ var (
 	t0 = time.Date(2025, 3, 4, 5, 6, 7, 0, time.UTC)
 
 	cannedApproval = Approval{
-		ID: "ap-1", Status: "pending", Controller: "boss", Reader: "web",
+		Seq: 1, ID: "ap-1", Status: "pending", Controller: "boss", Reader: "web",
 		Category: 2, Directive: "summarize", Response: json.RawMessage(`{"text":"hi"}`),
 		SHA256: "abc123", Anomalies: []bcp.Anomaly{}, BandwidthBits: 12.5,
 		CreatedAt: t0, ExpiresAt: t0.Add(time.Hour),
@@ -53,7 +53,7 @@ func TestMethodsRoundTrip(t *testing.T) {
 		Channels: []Channel{{Peer: "web", Role: "reader", MaxCategory: 2, BudgetBits: 64}},
 	}}
 	fb.approval = cannedApproval
-	fb.approvals = []Approval{cannedApproval, {ID: "ap-2", Status: "approved", Response: json.RawMessage(`null`), CreatedAt: t0, ExpiresAt: t0}}
+	fb.approvals = []Approval{cannedApproval, {Seq: 2, ID: "ap-2", Status: "approved", Response: json.RawMessage(`null`), CreatedAt: t0, ExpiresAt: t0}}
 	fb.reload = ReloadResult{Changed: true, Agents: 3, Summary: []string{"added web"}}
 	fb.report = Report{Sessions: []SessionExposure{{
 		Agent: "boss", Session: "s1", StartedAt: t0, Bits: 9, ByCat: map[int]float64{1: 4, 2: 5},
@@ -87,10 +87,16 @@ func TestMethodsRoundTrip(t *testing.T) {
 			nil, "Prompt", PromptParams{Name: "boss", Text: "hello\nworld \"quoted\""}, true},
 		{"approvals.list pending",
 			func() (any, error) { return cl.Approvals(ctx, "") },
-			fb.approvals, "Approvals", "", false},
+			fb.approvals, "Approvals", ApprovalsParams{Limit: MaxApprovalsPage + 1}, false},
 		{"approvals.list all",
 			func() (any, error) { return cl.Approvals(ctx, "all") },
-			fb.approvals, "Approvals", "all", false},
+			fb.approvals, "Approvals", ApprovalsParams{Status: "all", Limit: MaxApprovalsPage + 1}, false},
+		{"approvals.list page",
+			func() (any, error) { return cl.ApprovalsPage(ctx, ApprovalsParams{Status: "all", Limit: 1}) },
+			ApprovalsPage{Items: fb.approvals[:1], Next: 1}, "Approvals", ApprovalsParams{Status: "all", Limit: 2}, false},
+		{"approvals.list page after a cursor",
+			func() (any, error) { return cl.ApprovalsPage(ctx, ApprovalsParams{Limit: 1, Cursor: 1}) },
+			ApprovalsPage{Items: fb.approvals[1:]}, "Approvals", ApprovalsParams{Limit: 2, Cursor: 1}, false},
 		{"approvals.get",
 			func() (any, error) { return cl.Approval(ctx, "ap-1") },
 			cannedApproval, "Approval", "ap-1", false},
@@ -104,7 +110,12 @@ func TestMethodsRoundTrip(t *testing.T) {
 			func() (any, error) {
 				return cl.Events(ctx, EventsParams{Since: 1, Limit: 10, Types: []string{"agent_*"}})
 			},
-			EventsPage{Events: fb.events[2:3], Next: 3}, "Events", eventsQuery{1, 10, []string{"agent_*"}}, false},
+			EventsPage{Events: fb.events[2:3], Next: 3}, "Events", EventsParams{Since: 1, Limit: 10, Types: []string{"agent_*"}}, false},
+		{"events.list of an agent",
+			func() (any, error) {
+				return cl.Events(ctx, EventsParams{Limit: 10, Agent: "agent-agent_started"})
+			},
+			EventsPage{Events: []Event{fb.events[0], fb.events[2]}, Next: 3}, "Events", EventsParams{Limit: 10, Agent: "agent-agent_started"}, false},
 		{"reload",
 			func() (any, error) { return cl.Reload(ctx) },
 			fb.reload, "Reload", nil, true},
@@ -189,7 +200,7 @@ func TestEventsListPaging(t *testing.T) {
 				t.Errorf("events decoded as nil: the server sent null, want []")
 			}
 			calls := fb.callsOf("Events")
-			if q := calls[len(calls)-1].Params.(eventsQuery); q.Limit != tt.wantLimit || q.Since != tt.params.Since {
+			if q := calls[len(calls)-1].Params.(EventsParams); q.Limit != tt.wantLimit || q.Since != tt.params.Since {
 				t.Errorf("backend asked since %d limit %d, want since %d limit %d", q.Since, q.Limit, tt.params.Since, tt.wantLimit)
 			}
 		})

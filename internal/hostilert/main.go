@@ -494,18 +494,20 @@ func ptraceAttach(pid int) error {
 // "daemon_").
 func controlAttacks(rep *reporter, prefix string) {
 	sock := filepath.Join(os.Getenv("HOSTILE_STATE"), "control.sock")
-	var items []struct {
-		ID     string `json:"id"`
-		SHA256 string `json:"sha256"`
-		Reader string `json:"reader"`
+	var page struct {
+		Items []struct {
+			ID     string `json:"id"`
+			SHA256 string `json:"sha256"`
+			Reader string `json:"reader"`
+		} `json:"items"`
 	}
 	res, err := call(sock, "approvals.list", map[string]string{})
 	rep.callResult(prefix+"control_approvals_list", sock, res, err)
 	if err == nil {
-		_ = json.Unmarshal(res, &items)
+		_ = json.Unmarshal(res, &page)
 	}
 	approved := false
-	for _, it := range items {
+	for _, it := range page.Items {
 		res, err := call(sock, "approvals.approve", map[string]string{"id": it.ID, "sha256": it.SHA256, "note": "looks fine"})
 		rep.callResult(prefix+"control_approve", sock+" "+it.ID, res, err)
 		approved = true
