@@ -42,10 +42,11 @@ func (o *Operator) Status(ctx context.Context) (control.Status, error) {
 	for _, a := range all {
 		st.Agents[string(a.State)]++
 	}
-	st.PendingApprovals, st.PendingDeliveries, err = o.g.cfg.Store.Backlog(ctx)
+	b, err := o.g.cfg.Store.BacklogCounts(ctx)
 	if err != nil {
 		return st, err
 	}
+	st.PendingApprovals, st.PendingDeliveries, st.ParkedDeliveries = b.Approvals, b.Deliveries, b.Parked
 	st.LastEventSeq, err = o.g.cfg.Store.LastEventSeq(ctx)
 	return st, err
 }
@@ -232,6 +233,12 @@ func approvalView(a *store.Approval) control.Approval {
 // Events implements control.Backend. Every filter is applied by the
 // store's query, through an index (store.QueryEvents).
 func (o *Operator) Events(ctx context.Context, p control.EventsParams) ([]control.Event, error) {
+	// Audit events are written without waiting (they ride on the next
+	// commit): an operator who asks right after something happened
+	// must still see it.
+	if err := o.g.cfg.Store.Flush(ctx); err != nil {
+		return nil, err
+	}
 	evs, err := o.g.cfg.Store.QueryEvents(ctx, store.EventQuery{Since: p.Since, Limit: p.Limit, Kinds: p.Types, Agent: p.Agent})
 	if err != nil {
 		return nil, err

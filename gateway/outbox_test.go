@@ -28,6 +28,19 @@ func seedDeliveries(t *testing.T, st *store.Store, n int) []store.Delivery {
 	return out
 }
 
+// failedBefore records n failures of delivery id, as earlier runs would
+// have, and waits until they are durable.
+func failedBefore(t *testing.T, st *store.Store, id string, n int) {
+	t.Helper()
+	for range n {
+		st.RecordFailure(id)
+	}
+	// Writes commit in order: once this one is durable, so are those.
+	if err := st.AppendSync(context.Background(), store.Event{Time: time.Now(), Kind: "test_barrier"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestOutboxReadsABacklogLargerThanItsWindowInOrder(t *testing.T) {
 	// More than three windows wait from an earlier run; the outbox holds
 	// one window at a time and must still send each once, in order.
@@ -146,9 +159,7 @@ func TestPoisonDeliveryIsParkedThenRetriedByAnOperator(t *testing.T) {
 	var seeded []store.Delivery
 	e := startE2E(t, pair(100000, 100000, "review", map[string]string{"CRASH_AT": "1"}, nil), func(c *Config) {
 		seeded = seedDeliveries(t, c.Store, 2)
-		for range MaxDeliveryFailures - 1 {
-			c.Store.RecordFailure(seeded[0].ID)
-		}
+		failedBefore(t, c.Store, seeded[0].ID, MaxDeliveryFailures-1)
 	})
 	parked := e.waitEvent("delivery_parked", "")
 	if parked[0].Ref != seeded[0].ID || !strings.Contains(parked[0].Detail, "bcpgw deliveries") {
@@ -200,9 +211,7 @@ func TestDiscardedDeliveryIsDroppedWithWhoAndWhy(t *testing.T) {
 	var seeded []store.Delivery
 	e := startE2E(t, pair(100000, 100000, "review", map[string]string{"CRASH_AT": "1"}, nil), func(c *Config) {
 		seeded = seedDeliveries(t, c.Store, 1)
-		for range MaxDeliveryFailures - 1 {
-			c.Store.RecordFailure(seeded[0].ID)
-		}
+		failedBefore(t, c.Store, seeded[0].ID, MaxDeliveryFailures-1)
 	})
 	e.waitEvent("delivery_parked", "")
 	d, err := e.gw.DiscardDelivery(context.Background(), seeded[0].ID, Decider{Name: "bob"}, "poison")

@@ -18,12 +18,13 @@ import (
 
 // testrtRecord is the part of a testrt log line this test reads.
 type testrtRecord struct {
-	Event      string          `json:"event"`
-	Pid        int             `json:"pid"`
-	Index      int             `json:"index"`
-	Success    bool            `json:"success"`
-	DeliveryID string          `json:"delivery_id"`
-	Response   json.RawMessage `json:"response"`
+	Event       string          `json:"event"`
+	Pid         int             `json:"pid"`
+	Index       int             `json:"index"`
+	Success     bool            `json:"success"`
+	DeliveryID  string          `json:"delivery_id"`
+	Redelivered bool            `json:"redelivered"`
+	Response    json.RawMessage `json:"response"`
 }
 
 func readTestrtLog(t *testing.T, path string) []testrtRecord {

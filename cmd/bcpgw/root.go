@@ -38,7 +38,7 @@ bandwidth-limited BCP channels declared in agent definitions.`,
 	}
 	root.AddCommand(newValidateCmd(), newCheckCmd(), newRunCmd(),
 		newStatusCmd(), newAgentsCmd(), newPromptCmd(), newApprovalsCmd(), newApproveCmd(), newRejectCmd(),
-		newEventsCmd(), newReportCmd(), newReloadCmd(), newDoctorCmd())
+		newEventsCmd(), newDeliveriesCmd(), newReportCmd(), newReloadCmd(), newDoctorCmd())
 	return root
 }
 

@@ -27,6 +27,7 @@ import (
 func newRunCmd() *cobra.Command {
 	var agentsDir, stateDir, logFormat, logLevel, metricsAddr string
 	var approvalTTL, queryTimeout, turnTimeout time.Duration
+	var maxBacklog int
 	retain := retainFlag(store.DefaultRetain)
 	var watch, allowUnsandboxed bool
 	var compat compatFlags
@@ -67,6 +68,14 @@ query): one that gives no result within it is hung, and is stopped
 Default 15m; a definition's turn_timeout overrides it for its agent. A
 timeout counts as a crash toward the failed state.
 
+--max-backlog bounds the deliveries one Reader may have waiting for one
+Controller (default 1000). Past it, the Reader's pushes to that Controller
+are refused with backlog_full, charge nothing and may be sent again later,
+so a flooding Reader can neither starve nor bury its Controller. Answers
+to the Controller's queries and approved items are never refused.
+Deliveries whose Controller's sessions end 10 times before acknowledging
+them are parked, not dropped: see bcpgw deliveries.
+
 --metrics-addr serves Prometheus metrics (bcpgw_*) at /metrics on that
 address; a bare port listens on 127.0.0.1 only. Off by default.
 ` + compatHelp + `
@@ -82,6 +91,8 @@ each fs_write DIR/**).`,
 				return errors.New("--state is required (or set BCPGW_STATE)")
 			case turnTimeout < time.Second:
 				return fmt.Errorf("--turn-timeout must be at least 1s, got %s", turnTimeout)
+			case maxBacklog < 1:
+				return fmt.Errorf("--max-backlog must be at least 1, got %d", maxBacklog)
 			}
 			// What this process inherited beyond stdin, stdout and
 			// stderr must not reach the runtimes (sandboxed or not):
@@ -156,7 +167,7 @@ each fs_write DIR/**).`,
 				return &exitError{code: exitFailed, msg: err.Error()}
 			}
 			gw, err := gateway.New(gateway.Config{Set: set, Store: st, Logger: logger, ApprovalTTL: approvalTTL, QueryTimeout: queryTimeout,
-				StateDir: stateDir, AllowUnsandboxed: allowUnsandboxed,
+				StateDir: stateDir, AllowUnsandboxed: allowUnsandboxed, MaxBacklog: maxBacklog,
 				Session: gateway.SessionConfig{Spawn: rp.Start, Release: rp.Release, TurnTimeout: turnTimeout},
 				Watch:   watch, Metrics: metrics})
 			if err != nil {
@@ -212,6 +223,7 @@ each fs_write DIR/**).`,
 	f.DurationVar(&approvalTTL, "approval-ttl", gateway.DefaultApprovalTTL, "how long an approval item waits for a decision before it expires")
 	f.DurationVar(&queryTimeout, "query-timeout", gateway.DefaultQueryTimeout, "how long a Reader has to answer a query")
 	f.DurationVar(&turnTimeout, "turn-timeout", gateway.DefaultTurnTimeout, "how long a runtime has to answer a turn (a delivery, a prompt, a query) before it is restarted and the turn redelivered; an agent's turn_timeout overrides it")
+	f.IntVar(&maxBacklog, "max-backlog", gateway.DefaultMaxBacklog, "how many deliveries from one Reader may wait for one Controller; further pushes on that channel are refused with backlog_full until it catches up")
 	f.Var(&retain, "retain", "how long to keep finished deliveries, decided approval items and events (30d, 12h...; 0 keeps everything)")
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address (a bare port means 127.0.0.1); off when empty")
 	f.BoolVar(&watch, "watch", true, "reload the definitions when a .md file in --agents changes")

@@ -56,6 +56,9 @@ the state directory.`,
 				}
 				fmt.Fprintf(w, "approvals:  %d pending\n", st.PendingApprovals)
 				fmt.Fprintf(w, "deliveries: %d waiting for their Controller\n", st.PendingDeliveries)
+				if st.ParkedDeliveries > 0 {
+					fmt.Fprintf(w, "parked:     %d deliveries kept failing; see bcpgw deliveries list\n", st.ParkedDeliveries)
+				}
 				fmt.Fprintf(w, "events:     %d (last seq)\n", st.LastEventSeq)
 				fmt.Fprintf(w, "state:      %s\n", st.StateFile)
 				fmt.Fprintf(w, "socket:     %s\n", st.Socket)

@@ -44,6 +44,7 @@ type Status struct {
 	Agents            map[string]int `json:"agents"` // agents by state
 	PendingApprovals  int            `json:"pending_approvals"`
 	PendingDeliveries int            `json:"pending_deliveries"`
+	ParkedDeliveries  int            `json:"parked_deliveries"` // set aside for an operator (deliveries.list)
 	LastEventSeq      int64          `json:"last_event_seq"`
 }
 
@@ -188,8 +189,9 @@ type EventsParams struct {
 	Since int64    `json:"since"`           // return events with seq > since
 	Limit int      `json:"limit,omitempty"` // at most this many; default and cap MaxEventsPage
 	Types []string `json:"types,omitempty"` // event kinds; "approval_*" matches a prefix
-	// Agent keeps only the events about this agent (Event.Agent: the
-	// sender of a message, the agent whose session or decision it is).
+	// Agent keeps only the events whose Agent is this one (the sender of
+	// a message, the Controller of a delivery, the agent of a session;
+	// not the Peer).
 	Agent string `json:"agent,omitempty"`
 }
 

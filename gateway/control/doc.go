@@ -66,4 +66,5 @@
 //	-32009 unavailable       the gateway cannot do this now, or is shutting down (see the message)
 //	-32010 limit             too many subscriptions or connections
 //	-32011 definitions_invalid  reload: the definitions do not load; the running set stays in force
+//	-32012 not_parked        deliveries.retry/discard: only a parked delivery is the operator's
 package control

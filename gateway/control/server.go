@@ -50,6 +50,7 @@ type Backend interface {
 	Report(ctx context.Context, p ReportParams) (Report, error)
 	// Refused records a connection refused for its credentials.
 	Refused(p Peer, why string)
+	DeliveriesBackend
 }
 
 // ServerConfig configures a Server.
@@ -726,6 +727,9 @@ func (cc *conn) call(req *request) (result any, after func(), err error) {
 			return nil, nil, err
 		}
 		return approvalsPage(ctx, b, p)
+	case MethodDeliveriesList, MethodDeliveriesRetry, MethodDeliveriesDiscard:
+		result, err := cc.deliveriesCall(req)
+		return result, nil, err
 	case MethodApprovalsGet:
 		var p IDParams
 		if err := decode(req.Params, &p); err != nil {

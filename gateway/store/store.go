@@ -415,6 +415,13 @@ func (s *Store) write(ctx context.Context, fn func(*wtx) error) error {
 	}
 }
 
+// Flush waits until every write queued before it is durable: a read after
+// it sees them (writes nobody waits for otherwise linger, see
+// asyncLinger).
+func (s *Store) Flush(ctx context.Context) error {
+	return s.write(ctx, func(*wtx) error { return nil })
+}
+
 // writeThen queues fn and calls then with the outcome once it is durable,
 // on the writer goroutine: then must not block. If the store is closed,
 // then runs at once with ErrClosed.
