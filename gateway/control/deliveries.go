@@ -40,10 +40,13 @@ type DeliveriesParams struct {
 	Limit int `json:"limit,omitempty"`
 }
 
-// MaxDeliveriesPage caps one page of deliveries.list. A delivery's
-// response is at most the size a Reader may publish, so a page stays far
-// below the client's line limit only if pages are small.
+// MaxDeliveriesPage caps one page of deliveries.list.
 const MaxDeliveriesPage = 100
+
+// maxDeliveriesPageBytes bounds the JSON of one page (besides a first
+// delivery larger than that alone, at most the 1 MiB a response may be),
+// far from the client's maxResponseLine.
+const maxDeliveriesPageBytes = 8 << 20
 
 // DeliveriesPage is the result of deliveries.list. Next is the cursor of
 // the following page, 0 when there is none.
@@ -125,13 +128,23 @@ func (cc *conn) deliveriesCall(req *request) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		page := DeliveriesPage{Deliveries: ds}
-		if len(ds) > want {
-			page.Deliveries = ds[:want]
-			page.Next = ds[want-1].Seq
-		}
-		if page.Deliveries == nil {
-			page.Deliveries = []Delivery{}
+		// A page ends at the limit, or before the delivery that would
+		// take it past maxDeliveriesPageBytes of JSON: responses can be
+		// large (a Cat-3 summary), and the answer is one line.
+		page := DeliveriesPage{Deliveries: []Delivery{}}
+		size := 0
+		for i, d := range ds {
+			if i == want {
+				page.Next = ds[i-1].Seq
+				break
+			}
+			n := len(d.Response) + len(d.Detail) + 1024 // the rest of a delivery's JSON is far less
+			if i > 0 && size+n > maxDeliveriesPageBytes {
+				page.Next = ds[i-1].Seq
+				break
+			}
+			size += n
+			page.Deliveries = append(page.Deliveries, d)
 		}
 		return page, nil
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -121,5 +123,51 @@ func TestDeliveriesRetryAndDiscard(t *testing.T) {
 	var e *Error
 	if !errors.As(err, &e) || e.Code != CodeNotParked || e.Reason() != "not_parked" {
 		t.Errorf("discard of a delivered one: %v, want not_parked", err)
+	}
+}
+
+// bigDeliveries is a backend whose every delivery carries a 1 MiB
+// response, the most a Reader may publish.
+type bigDeliveries struct{ *fakeBackend }
+
+func (b bigDeliveries) Deliveries(ctx context.Context, p DeliveriesParams) ([]Delivery, error) {
+	big := json.RawMessage(`"` + strings.Repeat("x", 1<<20-2) + `"`)
+	var out []Delivery
+	for seq := p.Cursor + 1; seq <= 30 && len(out) < p.Limit; seq++ {
+		out = append(out, Delivery{Seq: seq, ID: fmt.Sprintf("dl-%d", seq), State: "parked", Response: big})
+	}
+	return out, nil
+}
+
+func TestDeliveriesPageStaysUnderTheLineLimit(t *testing.T) {
+	l, err := Listen(filepath.Join(shortTempDir(t), "state", SocketName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(ServerConfig{Backend: bigDeliveries{newFakeBackend()}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, l) }()
+	t.Cleanup(func() { cancel(); <-done })
+	cl := dial(t, l.Path)
+	total, pages := 0, 0
+	p := DeliveriesParams{}
+	for {
+		page, err := cl.Deliveries(callCtx(t), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		if n := len(page.Deliveries); n == 0 || n > maxDeliveriesPageBytes>>20 {
+			t.Fatalf("a page of %d 1-MiB deliveries, want 1 to %d", n, maxDeliveriesPageBytes>>20)
+		}
+		total += len(page.Deliveries)
+		if page.Next == 0 {
+			break
+		}
+		p.Cursor = page.Next
+	}
+	if total != 30 || pages < 4 {
+		t.Errorf("%d deliveries in %d pages, want 30 in at least 4", total, pages)
 	}
 }
