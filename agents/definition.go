@@ -73,6 +73,9 @@ type Definition struct {
 	// Dialect is how the agent's runtime reads what the gateway sends it
 	// (runtime_dialect); empty means DialectBCPGW.
 	Dialect Dialect
+	// FloodLimit bounds the lines its runtime may write (flood_limit);
+	// zero fields leave the gateway's defaults in force.
+	FloodLimit FloodLimit
 	// TurnTimeout bounds one turn (turn_timeout): a runtime that has not
 	// answered result within it is stopped, restarted, and its delivery
 	// sent to the next session. 0 when the definition sets none: the

@@ -713,7 +713,7 @@ func TestLoadErrorText(t *testing.T) {
 	want := []string{
 		main + ":17: bcp_channels[0].subscriptions[1].category: 3 exceeds channel max_category 2",
 		zz + ":1: name: required",
-		zz + ":3: budget: unknown field (known: autostart, bcp_channels, cron_schedules, description, env, idle_timeout, max_turns, model, name, runtime, runtime_dialect, sandbox, tools, turn_timeout, workdir)",
+		zz + ":3: budget: unknown field (known: autostart, bcp_channels, cron_schedules, description, env, flood_limit, idle_timeout, max_turns, model, name, runtime, runtime_dialect, sandbox, tools, turn_timeout, workdir)",
 	}
 	var got []string
 	form := regexp.MustCompile(`^(.+\.md):(\d+): ([a-z_]+(\[\d+\])?)(\.[a-z_]+(\[\d+\])?)*: .+$`)

@@ -182,6 +182,7 @@ func parse(d *decoder, data []byte) *Definition {
 		},
 		"sandbox":         func(n *yaml.Node, p string) { d.sandbox(n, p, def) },
 		"runtime_dialect": func(n *yaml.Node, p string) { d.dialect(n, p, def) },
+		"flood_limit":     func(n *yaml.Node, p string) { d.floodLimit(n, p, def) },
 		"turn_timeout":    func(n *yaml.Node, p string) { d.turnTimeout(n, p, def) },
 	})
 	if def.Name == "" && !d.has("name") {

@@ -218,6 +218,7 @@ func (t *triOnyx) parse(d *decoder, data []byte) *Definition {
 		"autostart":       func(n *yaml.Node, p string) { def.Autostart, _ = d.boolean(n, p) },
 		"max_turns":       func(n *yaml.Node, p string) { def.MaxTurns, _ = d.atLeast(n, p, 0) },
 		"runtime_dialect": func(n *yaml.Node, p string) { d.dialect(n, p, def) },
+		"flood_limit":     func(n *yaml.Node, p string) { d.floodLimit(n, p, def) },
 		"turn_timeout":    func(n *yaml.Node, p string) { d.turnTimeout(n, p, def) },
 		// bcpgw's keys that TriOnyx's say otherwise.
 		"sandbox": func(n *yaml.Node, p string) {

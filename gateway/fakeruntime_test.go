@@ -178,6 +178,8 @@ func fakeRuntime(mode string) int {
 		return 0
 	case "trionyx-controller":
 		return triOnyxController(in, line)
+	case "asked":
+		return askedRuntime(in, line)
 	case "flood":
 		readStart()
 		line(`{"type":"ready"}`)

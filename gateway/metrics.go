@@ -29,6 +29,7 @@ type Metrics struct {
 	latency    prometheus.Histogram
 	crashes    *prometheus.CounterVec
 	restarts   *prometheus.CounterVec
+	throttles  *prometheus.CounterVec
 	reloads    *prometheus.CounterVec
 	egressConn *prometheus.CounterVec
 	egressData *prometheus.CounterVec
@@ -90,6 +91,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "bcpgw_session_restarts_total",
 			Help: "Sessions started again by the supervisor, by agent and reason: crash (after backoff) or reload (changed definition).",
 		}, []string{"agent", "reason"}),
+		throttles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bcpgw_session_throttles_total",
+			Help: "Times a runtime was slowed for writing more lines than its flood limit (one per throttle episode), by agent.",
+		}, []string{"agent"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bcpgw_reloads_total",
 			Help: "Definition reloads by outcome: ok, or failed (the running set stayed in force).",
@@ -128,7 +133,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.reloads.WithLabelValues(o)
 	}
 	reg.MustRegister(m.publishes, m.queries, m.answers, m.refusals, m.bits, m.decisions, m.deliveries, m.latency,
-		m.crashes, m.restarts, m.reloads, m.egressConn, m.egressData, scrapeCollector{m})
+		m.crashes, m.restarts, m.throttles, m.reloads, m.egressConn, m.egressData, scrapeCollector{m})
 	return m
 }
 
@@ -269,17 +274,22 @@ func (m *Metrics) Egress(r egress.Record) {
 	}
 }
 
-// countingAuditor counts refusals on their way to the audit log: the
-// sessions' own (tool_not_allowed, protocol_error) as well as the
-// router's.
+// countingAuditor counts refusals on their way to the audit log (the
+// sessions' own, tool_not_allowed and protocol_error, as well as the
+// router's), and the sessions' throttle episodes.
 type countingAuditor struct {
 	next Auditor
 	m    *Metrics
 }
 
 func (a countingAuditor) Audit(e store.Event) {
-	if e.Kind == "refused" && a.m != nil {
-		a.m.refusals.WithLabelValues(e.Code).Inc()
+	if a.m != nil {
+		switch e.Kind {
+		case "refused":
+			a.m.refusals.WithLabelValues(e.Code).Inc()
+		case "session_throttled":
+			a.m.throttles.WithLabelValues(e.Agent).Inc()
+		}
 	}
 	a.next.Audit(e)
 }

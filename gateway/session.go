@@ -36,12 +36,16 @@ const (
 	// minutes; a runtime silent for a quarter of an hour is hung.
 	DefaultTurnTimeout = 15 * time.Minute
 	// DefaultFloodRate and DefaultFloodBurst bound what one runtime may
-	// write on stdout: 200 lines a second sustained, bursts of 1,000. An
-	// agent driven by a model writes a few lines a second; a runtime over
-	// the limit is stopped, so it cannot starve the gateway or the other
-	// sessions. Stderr lines over the same limit are dropped, and counted.
-	DefaultFloodRate  = 200.0
-	DefaultFloodBurst = 1000
+	// write on stdout: 200 lines a second sustained, bursts of 1,000, not
+	// counting the lines the gateway asked for (see flood.go). An agent
+	// driven by a model writes a few lines a second; a runtime over the
+	// limit is slowed (its stdout is read at the limit), so it cannot
+	// starve the gateway or the other sessions, and stopped only after
+	// DefaultFloodStopAfter of that without doing anything it was asked
+	// to. Stderr lines over the same limit are dropped, and counted.
+	DefaultFloodRate      = 200.0
+	DefaultFloodBurst     = 1000
+	DefaultFloodStopAfter = 30 * time.Second
 	// maxPendingOut bounds the bytes waiting to be written to a runtime's
 	// stdin (beyond the pipe's own buffer). A runtime that stops reading
 	// fills it and is stopped; one that reads never comes near it, even
@@ -90,9 +94,15 @@ type SessionConfig struct {
 	TurnTimeout time.Duration
 	// MaxLine bounds one stdout line. Default runtime.DefaultMaxLine.
 	MaxLine int
-	// FloodRate (lines per second) and FloodBurst bound stdout and stderr.
+	// FloodRate (lines per second) and FloodBurst bound stdout and stderr
+	// for agents whose definition sets no flood_limit (its fields, when
+	// set, win). Defaults DefaultFloodRate and DefaultFloodBurst.
 	FloodRate  float64
 	FloodBurst int
+	// FloodStopAfter is how long a runtime may stay throttled without
+	// writing a line the gateway asked for before it is stopped for
+	// flooding. Default DefaultFloodStopAfter.
+	FloodStopAfter time.Duration
 	// SandboxHelper is the sandbox helper program. Default:
 	// sandbox.Helper() (bcpgw-sandbox beside the executable, else the
 	// executable itself).
@@ -145,6 +155,9 @@ func (c *SessionConfig) defaults() {
 	}
 	if c.FloodBurst <= 0 {
 		c.FloodBurst = DefaultFloodBurst
+	}
+	if c.FloodStopAfter <= 0 {
+		c.FloodStopAfter = DefaultFloodStopAfter
 	}
 }
 
@@ -771,7 +784,8 @@ func safeLine(text string) string {
 // parsed level, and the last few are kept for the exit error.
 func (s *Session) relayStderr(stderr io.Reader) {
 	r := bufio.NewReaderSize(stderr, maxStderrLine)
-	limit := newBucket(s.cfg.Clock, s.cfg.FloodRate, s.cfg.FloodBurst)
+	rate, burst := s.floodLimits()
+	limit := newBucket(s.cfg.Clock, rate, burst)
 	dropped := 0
 	for {
 		line, err := r.ReadSlice('\n')

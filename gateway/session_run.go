@@ -35,7 +35,7 @@ type loop struct {
 	idleStop string // stop once idle, for this reason (StopWhenIdle)
 	asked    bool   // the stop was requested (not a crash)
 	timer    Timer  // ready, idle or stop-phase timer
-	flood    *bucket
+	flood    floodState
 	// turnTimer fires when the turn in flight has had its turn timeout
 	// without a result; stoppedTimer when no turn is in flight.
 	turnTimer Timer
@@ -44,18 +44,24 @@ type loop struct {
 // run is the session's owner goroutine. It ends when the runtime has
 // exited and both pipes are drained.
 func (s *Session) run(lines <-chan lineEvent, exited <-chan error) {
-	l := &loop{flood: newBucket(s.cfg.Clock, s.cfg.FloodRate, s.cfg.FloodBurst)}
+	l := &loop{flood: s.newFloodState()}
 	l.timer = s.cfg.Clock.NewTimer(s.cfg.ReadyTimeout)
 	l.turnTimer = stoppedTimer{}
 	var exitErr error
 	for {
+		in := lines
+		if !l.reading() {
+			in = nil // throttled: the runtime's writes block meanwhile
+		}
 		select {
-		case ev, ok := <-lines:
+		case ev, ok := <-in:
 			if !ok {
 				lines = nil // stdout closed; the exit follows
 				continue
 			}
 			s.handleLine(l, ev)
+		case <-l.flood.pauseC():
+			s.resume(l)
 		case t := <-s.workIfReady(l):
 			l.queue = append(l.queue, t)
 			s.dispatch(l)
@@ -126,6 +132,7 @@ func (s *Session) dispatch(l *loop) {
 	l.queue = l.queue[1:]
 	s.resetTimer(l, 0) // busy: no idle timer while a turn runs
 	l.inFlight = &t
+	l.flood.answered = false
 	l.turnTimer = s.cfg.Clock.NewTimer(s.turnTimeout())
 	if err := s.send(t.msg); err != nil {
 		s.stopNow(l, err.Error())
@@ -222,6 +229,7 @@ func (s *Session) startFailed(l *loop, why string) {
 // finish records how the session ended and releases everyone waiting.
 func (s *Session) finish(l *loop, waitErr error) {
 	l.timer.Stop()
+	s.resume(l)
 	l.turnTimer.Stop()
 	exit := &ExitError{Agent: s.name, Code: s.cmd.ProcessState.ExitCode(), Reason: l.stopWhy, Stderr: s.stderrTail()}
 	var ee *exec.ExitError
@@ -273,8 +281,7 @@ func (s *Session) finish(l *loop, waitErr error) {
 
 // handleLine applies the protocol to one line from the runtime.
 func (s *Session) handleLine(l *loop, ev lineEvent) {
-	if !l.flood.take() {
-		s.stopNow(l, fmt.Sprintf("flooding: more than %.0f lines a second on stdout", s.cfg.FloodRate))
+	if !s.countLine(l, ev) {
 		return
 	}
 	if l.phase == killed {

@@ -463,19 +463,7 @@ func TestSessionHostileRuntimeIsContained(t *testing.T) {
 	}
 }
 
-func TestSessionFloodIsStopped(t *testing.T) {
-	h := newHarness(t, "flood")
-	h.cfg.FloodBurst = 50 // the fake clock never refills the bucket
-	s := h.start(t)
-	waitDone(t, s)
-	var ee *ExitError
-	if !errors.As(s.Err(), &ee) || !strings.Contains(ee.Reason, "flooding") {
-		t.Fatalf("Err() = %v, want an ExitError for flooding", s.Err())
-	}
-	if len(h.audit.find("session_killed", string(bcp.ProtocolError))) != 1 {
-		t.Error("no session_killed event")
-	}
-}
+// Flooding runtimes: flood_test.go.
 
 func TestStderrLevelOf(t *testing.T) {
 	tests := []struct {
