@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"text/tabwriter"
 	"time"
 
@@ -37,33 +39,50 @@ Use "bcpgw approvals list" for a plain list, and "bcpgw approve" and
 func newApprovalsListCmd() *cobra.Command {
 	var state, status string
 	var asJSON bool
+	var limit int
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List approval items (pending ones by default)",
-		Args:  cobra.NoArgs,
+		Long: `Lists the approval items of a status, oldest first: every one, or the
+first --limit. The gateway answers a page at a time, so a queue of any
+length can be listed; with --json the items are printed as one JSON
+array as the pages arrive.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limit < 0 {
+				return &exitError{code: exitUsage, msg: "--limit must be 0 (every item) or more"}
+			}
 			return withClient(cmd, state, func(ctx context.Context, cl *control.Client) error {
-				items, err := cl.Approvals(ctx, status)
-				if err != nil {
-					return err
-				}
+				out := cmd.OutOrStdout()
 				if asJSON {
-					return printJSON(cmd.OutOrStdout(), items)
+					arr := &jsonArray{w: out}
+					if err := eachApproval(ctx, cl, status, limit, arr.add); err != nil {
+						return err
+					}
+					return arr.close()
 				}
-				if len(items) == 0 {
-					fmt.Fprintf(cmd.OutOrStdout(), "No %s approval items.\n", statusWord(status))
-					return nil
-				}
+				// The table is aligned over every row, so the rows (not
+				// the items) are held until the end.
 				now := time.Now()
-				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "ID\tSTATUS\tAGE\tCAT\tBITS\tANOMALIES\tCONTROLLER\tREADER\tSUBSCRIPTION/QUERY\tEXPIRES IN")
-				for _, a := range items {
+				n := 0
+				err := eachApproval(ctx, cl, status, limit, func(a control.Approval) error {
+					n++
 					what := a.SubscriptionID
 					if a.QueryID != "" {
 						what = "query " + a.QueryID
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.1f\t%d\t%s\t%s\t%s\t%s\n", a.ID, a.Status, tui.Age(now.Sub(a.CreatedAt)), a.Category,
+					_, err := fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.1f\t%d\t%s\t%s\t%s\t%s\n", a.ID, a.Status, tui.Age(now.Sub(a.CreatedAt)), a.Category,
 						a.BandwidthBits, len(a.Anomalies), a.Controller, a.Reader, what, expiresIn(now, a))
+					return err
+				})
+				if err != nil {
+					return err
+				}
+				if n == 0 {
+					fmt.Fprintf(out, "No %s approval items.\n", statusWord(status))
+					return nil
 				}
 				return tw.Flush()
 			})
@@ -72,7 +91,68 @@ func newApprovalsListCmd() *cobra.Command {
 	stateFlag(cmd, &state)
 	cmd.Flags().StringVar(&status, "status", "pending", "pending, approved, rejected, expired, dropped or all")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
+	cmd.Flags().IntVar(&limit, "limit", 0, "print at most this many items (0: every one)")
 	return cmd
+}
+
+// eachApproval calls fn with the items of a status, oldest first, at most
+// limit of them (every one when limit is 0), reading them from the
+// gateway a page at a time: no answer is large and only one page is held.
+func eachApproval(ctx context.Context, cl *control.Client, status string, limit int, fn func(control.Approval) error) error {
+	p := control.ApprovalsParams{Status: status}
+	for left := limit; ; {
+		p.Limit = control.MaxApprovalsPage
+		if limit > 0 {
+			p.Limit = min(left, control.MaxApprovalsPage)
+		}
+		page, err := cl.ApprovalsPage(ctx, p)
+		if err != nil {
+			return err
+		}
+		for _, a := range page.Items {
+			if err := fn(a); err != nil {
+				return err
+			}
+		}
+		left -= len(page.Items)
+		if page.Next == 0 || (limit > 0 && left <= 0) {
+			return nil
+		}
+		if page.Next <= p.Cursor {
+			return fmt.Errorf("approvals list: the gateway's next cursor %d does not follow %d", page.Next, p.Cursor)
+		}
+		p.Cursor = page.Next
+	}
+}
+
+// jsonArray writes values as one JSON array, one at a time, exactly as
+// printJSON writes a slice of them: the list need not be held whole.
+type jsonArray struct {
+	w io.Writer
+	n int
+}
+
+func (j *jsonArray) add(v control.Approval) error {
+	b, err := json.MarshalIndent(v, "  ", "  ")
+	if err != nil {
+		return err
+	}
+	sep := ",\n  "
+	if j.n == 0 {
+		sep = "[\n  "
+	}
+	j.n++
+	_, err = io.WriteString(j.w, sep+string(b))
+	return err
+}
+
+func (j *jsonArray) close() error {
+	end := "\n]\n"
+	if j.n == 0 {
+		end = "[]\n"
+	}
+	_, err := io.WriteString(j.w, end)
+	return err
 }
 
 func statusWord(status string) string {

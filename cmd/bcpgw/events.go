@@ -17,7 +17,7 @@ import (
 )
 
 func newEventsCmd() *cobra.Command {
-	var state string
+	var state, agent string
 	var since int64
 	var follow, asJSON bool
 	var types []string
@@ -30,7 +30,11 @@ gateway stores them until interrupted; without --since it then starts
 from now.
 
 --type selects kinds (repeat it, or separate with commas); a trailing *
-matches a prefix: --type 'approval_*' --type refused.
+matches a prefix: --type 'approval_*' --type refused. --agent NAME keeps
+the events whose agent is NAME (the first name printed: a message's
+sender, the Controller a delivery was sent to, the agent whose session
+it is; not the peer after "->"). Both are answered from indexes, however
+long the log.
 
 Events older than the gateway's retention (bcpgw run --retain) are
 pruned; a --since before the oldest kept prints from there and says on
@@ -64,10 +68,10 @@ stderr "events before N were pruned".
 				}
 			}
 			if follow {
-				return apiError(followEvents(ctx, cl, since, cmd.Flags().Changed("since"), types, print, notice))
+				return apiError(followEvents(ctx, cl, control.SubscribeParams{Types: types, Agent: agent}, since, cmd.Flags().Changed("since"), print, notice))
 			}
 			for first := true; ; first = false {
-				page, err := cl.Events(ctx, control.EventsParams{Since: since, Types: types})
+				page, err := cl.Events(ctx, control.EventsParams{Since: since, Types: types, Agent: agent})
 				if err != nil {
 					return apiError(err)
 				}
@@ -91,14 +95,14 @@ stderr "events before N were pruned".
 	f.Int64Var(&since, "since", 0, "print events with seq greater than this")
 	f.BoolVarP(&follow, "follow", "f", false, "keep printing new events")
 	f.StringSliceVar(&types, "type", nil, "event kinds to print (prefix*)")
+	f.StringVar(&agent, "agent", "", "only events about this agent")
 	f.BoolVar(&asJSON, "json", false, "one JSON object per line")
 	return cmd
 }
 
-// followEvents prints events pushed by a subscription until ctx ends or
-// the gateway goes away.
-func followEvents(ctx context.Context, cl *control.Client, since int64, fromSince bool, types []string, print func(control.Event) error, notice func(string)) error {
-	p := control.SubscribeParams{Types: types}
+// followEvents prints the events of subscription p (from since, if
+// fromSince) until ctx ends or the gateway goes away.
+func followEvents(ctx context.Context, cl *control.Client, p control.SubscribeParams, since int64, fromSince bool, print func(control.Event) error, notice func(string)) error {
 	if fromSince {
 		p.Since = &since
 	}

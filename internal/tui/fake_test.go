@@ -46,13 +46,20 @@ type decision struct {
 // control client does, so a dropped connection can be followed by a
 // working one. All methods are safe for concurrent use.
 type fakeGateway struct {
-	mu        sync.Mutex
-	items     []control.Approval
-	down      error // when set, dialling fails with it
-	dials     int   // dial attempts, failed ones included
-	conns     []*fakeConn
-	subs      []control.SubscribeParams
-	lists     []string // the status of every Approvals call
+	mu      sync.Mutex
+	items   []control.Approval
+	down    error // when set, dialling fails with it
+	dials   int   // dial attempts, failed ones included
+	conns   []*fakeConn
+	subs    []control.SubscribeParams
+	lists   []string // the status of every approvals.list call
+	pages   []control.ApprovalsParams
+	itemSeq int64 // the last item's Seq
+	// pageHold, when set, makes ApprovalsPage wait until it is closed
+	// after reading its page (and sending on pageRead): an answer read
+	// before what happens meanwhile.
+	pageHold  chan struct{}
+	pageRead  chan struct{}
 	approves  []decision
 	rejects   []decision
 	decideErr error // when set, Approve and Reject fail with it and change nothing
@@ -61,8 +68,21 @@ type fakeGateway struct {
 	seq  int64
 }
 
+// newGateway returns a gateway with items, queued in that order: their
+// Seq (the cursor of approvals.list) is set.
 func newGateway(items ...control.Approval) *fakeGateway {
-	return &fakeGateway{items: items}
+	g := &fakeGateway{}
+	for _, a := range items {
+		g.queueLocked(a)
+	}
+	return g
+}
+
+// queueLocked adds an item at the end of the queue.
+func (g *fakeGateway) queueLocked(a control.Approval) {
+	g.itemSeq++
+	a.Seq = g.itemSeq
+	g.items = append(g.items, a)
 }
 
 // Dial is a Dialer.
@@ -98,7 +118,7 @@ func (g *fakeGateway) drop() {
 // add queues an item and notifies, as the gateway does for a new item.
 func (g *fakeGateway) add(a control.Approval) {
 	g.mu.Lock()
-	g.items = append(g.items, a)
+	g.queueLocked(a)
 	g.mu.Unlock()
 	g.notify("approval_queued", a.ID)
 }
@@ -229,14 +249,60 @@ type fakeConn struct {
 	closed bool // under gw.mu
 }
 
-func (c *fakeConn) Approvals(ctx context.Context, status string) ([]control.Approval, error) {
+// ApprovalsPage pages the items as the gateway does: by Seq after the
+// cursor, at most Limit (default 100), Next set when more follow.
+func (c *fakeConn) ApprovalsPage(ctx context.Context, p control.ApprovalsParams) (control.ApprovalsPage, error) {
 	c.gw.mu.Lock()
 	defer c.gw.mu.Unlock()
-	c.gw.lists = append(c.gw.lists, status)
+	c.gw.lists = append(c.gw.lists, p.Status)
+	c.gw.pages = append(c.gw.pages, p)
 	if c.closed {
-		return nil, errors.New("fake: connection closed")
+		return control.ApprovalsPage{}, errors.New("fake: connection closed")
 	}
-	return append([]control.Approval(nil), c.gw.items...), nil
+	limit := p.Limit
+	if limit == 0 {
+		limit = control.DefaultApprovalsPage
+	}
+	page := control.ApprovalsPage{Items: []control.Approval{}}
+	for _, a := range c.gw.items {
+		if a.Seq <= p.Cursor {
+			continue
+		}
+		if len(page.Items) == limit {
+			page.Next = page.Items[limit-1].Seq
+			break
+		}
+		page.Items = append(page.Items, a)
+	}
+	if hold := c.gw.pageHold; hold != nil {
+		c.gw.mu.Unlock()
+		c.gw.pageRead <- struct{}{}
+		<-hold
+		c.gw.mu.Lock()
+	}
+	return page, nil
+}
+
+// holdPages makes the next ApprovalsPage calls wait, after reading their
+// page, until release is called; read receives once each has read.
+func (g *fakeGateway) holdPages() (read <-chan struct{}, release func()) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	hold, r := make(chan struct{}), make(chan struct{}, 16)
+	g.pageHold, g.pageRead = hold, r
+	return r, func() {
+		g.mu.Lock()
+		g.pageHold = nil
+		g.mu.Unlock()
+		close(hold)
+	}
+}
+
+// pageCalls returns the params of every approvals.list call.
+func (g *fakeGateway) pageCalls() []control.ApprovalsParams {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]control.ApprovalsParams(nil), g.pages...)
 }
 
 func (c *fakeConn) Approve(ctx context.Context, id, sum, note string) (control.Approval, error) {

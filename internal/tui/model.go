@@ -4,6 +4,15 @@
 // notifications, shows each one's full text with anomalies highlighted
 // and invisible characters made visible, and approves or rejects it.
 //
+// The queue may hold more items than anyone reads (100,000 after a long
+// weekend), so the list is read a page at a time (approvals.list's
+// cursor): the first page at start, the next one as the cursor nears the
+// end of what is loaded. Notifications keep what is loaded current
+// without reading it again: a decided item is taken off the list, and a
+// new one is read from the end of the queue only once everything before
+// it is loaded. No answer is larger than a page, and what the queue holds
+// is what the reviewer scrolled through.
+//
 // All I/O happens in tea.Cmd functions that return typed messages; the
 // model's state is an explicit view enum.
 package tui
@@ -14,6 +23,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -29,7 +39,7 @@ import (
 // Conn is what the queue needs of a control connection; *control.Client
 // implements it.
 type Conn interface {
-	Approvals(ctx context.Context, status string) ([]control.Approval, error)
+	ApprovalsPage(ctx context.Context, p control.ApprovalsParams) (control.ApprovalsPage, error)
 	Approve(ctx context.Context, id, sha256, note string) (control.Approval, error)
 	Reject(ctx context.Context, id, sha256, reason string) (control.Approval, error)
 	Subscribe(ctx context.Context, p control.SubscribeParams) (control.SubscribeResult, error)
@@ -71,12 +81,21 @@ type Model struct {
 
 	conn     Conn
 	connErr  error // why there is no connection
-	loaded   bool  // the first list has arrived
+	loaded   bool  // the first page has arrived
 	fetched  int   // fetches started; only the latest one's answer counts
 	fetching bool  // a fetch is in flight
-	dirty    bool  // a notification came during it: fetch again
+	dirty    bool  // an item was queued during it: read the end of the queue again
+	// gone are the items decided while a fetch was in flight: its answer
+	// may have been read before, and must not bring them back.
+	gone map[string]bool
 
-	items  []control.Approval // pending, oldest first
+	items []control.Approval // the pending items loaded, oldest first
+	// after is the cursor of the next page: every pending item up to it
+	// is loaded. more says the gateway had items after it when it last
+	// answered; otherwise new items are read from after as they are
+	// queued.
+	after  int64
+	more   bool
 	cursor int
 	view   view
 	open   control.Approval // the item in the detail view
@@ -119,10 +138,13 @@ type (
 		err  error
 	}
 	itemsMsg struct {
-		conn  Conn
-		gen   int // which fetch; an older one's answer is dropped
-		items []control.Approval
-		err   error
+		conn    Conn
+		gen     int  // which fetch; an older one's answer is dropped
+		replace bool // the items replace the list (a reload) instead of adding to it
+		items   []control.Approval
+		after   int64 // the cursor after these items
+		more    bool  // items follow it
+		err     error
 	}
 	noticeMsg struct {
 		conn Conn
@@ -165,23 +187,85 @@ func (m Model) dial() tea.Cmd {
 	}
 }
 
-// fetch asks for the pending items: at most one request is in flight;
-// notifications that arrive meanwhile mark the list dirty, and one more
-// fetch follows. A burst of items costs two fetches, not one each.
-func (m *Model) fetch() tea.Cmd {
+// pageSize is how many items one fetch asks for; prefetch is how close
+// to the last item loaded the cursor may come before the next page is
+// fetched, so that scrolling does not wait for it.
+const (
+	pageSize = control.DefaultApprovalsPage
+	prefetch = 20
+)
+
+// reload reads the pending items from the start of the queue again, as
+// far as the list reached (after), at least a page: on (re)connecting,
+// when notifications may have been missed. The reviewer keeps their
+// place.
+func (m *Model) reload() tea.Cmd {
+	m.fetching, m.dirty, m.gone = true, false, map[string]bool{}
+	m.fetched++
+	conn, timeout, gen, until := m.conn, m.cfg.Timeout, m.fetched, m.after
+	return func() tea.Msg {
+		msg := itemsMsg{conn: conn, gen: gen, replace: true, items: []control.Approval{}}
+		for {
+			page, err := readPage(conn, timeout, msg.after)
+			if err != nil {
+				msg.err = err
+				return msg
+			}
+			msg.items = append(msg.items, page.Items...)
+			msg.after, msg.more = pageEnd(page, msg.after)
+			if !msg.more || msg.after >= until {
+				return msg
+			}
+		}
+	}
+}
+
+// fetchMore reads the page after the last item loaded: the next page as
+// the cursor nears the end of the list, or new items at the end of the
+// queue. At most one fetch is in flight; items queued meanwhile mark the
+// list dirty, and one more fetch follows, so a burst of items costs two
+// fetches, not one each.
+func (m *Model) fetchMore() tea.Cmd {
 	if m.fetching {
 		m.dirty = true
 		return nil
 	}
-	m.fetching, m.dirty = true, false
+	m.fetching, m.dirty, m.gone = true, false, map[string]bool{}
 	m.fetched++
-	conn, timeout, gen := m.conn, m.cfg.Timeout, m.fetched
+	conn, timeout, gen, after := m.conn, m.cfg.Timeout, m.fetched, m.after
 	return func() tea.Msg {
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		defer cancel()
-		items, err := conn.Approvals(ctx, "pending")
-		return itemsMsg{conn: conn, gen: gen, items: items, err: err}
+		page, err := readPage(conn, timeout, after)
+		msg := itemsMsg{conn: conn, gen: gen, items: page.Items, err: err}
+		msg.after, msg.more = pageEnd(page, after)
+		return msg
 	}
+}
+
+func readPage(conn Conn, timeout time.Duration, after int64) (control.ApprovalsPage, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return conn.ApprovalsPage(ctx, control.ApprovalsParams{Status: "pending", Limit: pageSize, Cursor: after})
+}
+
+// pageEnd is the cursor after page, read from cursor after, and whether
+// more items follow it.
+func pageEnd(page control.ApprovalsPage, after int64) (int64, bool) {
+	if page.Next != 0 {
+		return page.Next, true
+	}
+	for _, a := range page.Items {
+		after = max(after, a.Seq)
+	}
+	return after, false
+}
+
+// wantMore fetches the next page if the cursor is near the end of what is
+// loaded and more items follow.
+func (m *Model) wantMore() tea.Cmd {
+	if m.conn == nil || !m.more || m.cursor < len(m.items)-prefetch {
+		return nil
+	}
+	return m.fetchMore()
 }
 
 // listen waits for the next notification; the channel closes when the
@@ -226,7 +310,7 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, tick()
 	case connectedMsg:
 		m.conn, m.connErr = msg.conn, nil
-		fetch := m.fetch() // before m is copied out: fetch counts
+		fetch := m.reload() // before m is copied out: fetch counts
 		return m, tea.Batch(fetch, listen(msg.conn))
 	case dialFailedMsg:
 		m.connErr = msg.err
@@ -246,24 +330,54 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		if msg.err != nil {
 			return m.lost(msg.err)
 		}
-		m.setItems(msg.items)
-		if m.dirty {
-			fetch := m.fetch()
+		items := slices.DeleteFunc(msg.items, func(a control.Approval) bool { return m.gone[a.ID] })
+		m.gone = nil
+		if msg.replace {
+			m.setItems(items)
+		} else {
+			m.addItems(items)
+		}
+		m.after, m.more = msg.after, msg.more
+		if m.dirty && !m.more {
+			fetch := m.fetchMore()
 			return m, fetch
 		}
-		return m, nil
+		fetch := m.wantMore()
+		return m, fetch
 	case noticeMsg:
 		if msg.conn != m.conn {
 			return m, nil
 		}
-		fetch := m.fetch()
-		return m, tea.Batch(fetch, listen(m.conn))
+		return m.notice(msg.ev)
 	case decidedMsg:
 		return m.decided(msg)
 	case tea.KeyMsg:
 		return m.key(msg)
 	}
 	return m, nil
+}
+
+// notice applies an approval event to the list: a decided item leaves it
+// at once; a new one is read from the end of the queue, unless items
+// before it are still to be loaded (it comes with them).
+func (m Model) notice(ev control.Event) (tea.Model, tea.Cmd) {
+	next := listen(m.conn)
+	switch ev.Kind {
+	case "approval_approved", "approval_rejected", "approval_expired", "approval_dropped":
+		if m.fetching {
+			m.gone[ev.Ref] = true
+		}
+		m.decidedElsewhere(ev.Ref)
+		fetch := m.wantMore() // the list may have shrunk to near the cursor
+		return m, tea.Batch(fetch, next)
+	case "approval_queued":
+		if m.more {
+			return m, next
+		}
+		fetch := m.fetchMore()
+		return m, tea.Batch(fetch, next)
+	}
+	return m, next
 }
 
 func (m Model) redial() tea.Cmd {
@@ -276,7 +390,7 @@ func (m Model) lost(err error) (tea.Model, tea.Cmd) {
 	if m.conn != nil {
 		m.conn.Close()
 	}
-	m.conn, m.connErr, m.busy, m.fetching, m.dirty = nil, err, false, false, false
+	m.conn, m.connErr, m.busy, m.fetching, m.dirty, m.gone = nil, err, false, false, false, nil
 	if m.view == viewConfirm || m.view == viewReason {
 		m.view = viewDetail
 		m.reason.Blur()
@@ -300,6 +414,36 @@ func (m *Model) setItems(items []control.Approval) {
 			m.cursor = i
 		}
 	}
+	m.leaveIfGone()
+}
+
+// addItems adds a page to the list (without the items it has already),
+// keeping the cursor on the same item.
+func (m *Model) addItems(page []control.Approval) {
+	have := make(map[string]bool, len(m.items))
+	for _, a := range m.items {
+		have[a.ID] = true
+	}
+	items := slices.Clone(m.items)
+	for _, a := range page {
+		if !have[a.ID] {
+			items = append(items, a)
+		}
+	}
+	m.setItems(items)
+}
+
+// decidedElsewhere takes an item decided elsewhere, or expired, off the
+// list.
+func (m *Model) decidedElsewhere(id string) {
+	m.remove(id)
+	m.leaveIfGone()
+}
+
+// leaveIfGone leaves the detail view if its item is no longer listed,
+// saying so, unless a decision of this reviewer's is in flight (its
+// outcome says what happened).
+func (m *Model) leaveIfGone() {
 	if m.view != viewList && !m.busy && m.indexOf(m.open.ID) < 0 {
 		m.view = viewList
 		m.reason.Blur()
@@ -337,10 +481,13 @@ func (m Model) decided(msg decidedMsg) (tea.Model, tea.Cmd) {
 			m.view = viewList
 			m.remove(msg.item.ID)
 		}
+		m.leaveIfGone() // decided elsewhere meanwhile: its notification took it off
 		if m.conn == nil {
 			return m, nil
 		}
-		fetch := m.fetch()
+		// What is on screen may be stale: read it again (as far as it
+		// reached; decisions rarely fail).
+		fetch := m.reload()
 		return m, fetch
 	}
 	verb := "Approved"
@@ -350,10 +497,7 @@ func (m Model) decided(msg decidedMsg) (tea.Model, tea.Cmd) {
 	m.say(fmt.Sprintf("%s %s (Cat-%d from %s to %s).", verb, msg.item.ID, msg.item.Category, msg.item.Reader, msg.item.Controller), false)
 	m.view = viewList
 	m.remove(msg.item.ID)
-	if m.conn == nil {
-		return m, nil
-	}
-	fetch := m.fetch()
+	fetch := m.wantMore()
 	return m, fetch
 }
 
@@ -425,6 +569,8 @@ func (m Model) key(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 			m.cursor = max(m.cursor-1, 0)
 		case key.Matches(msg, m.keys.Down):
 			m.cursor = min(m.cursor+1, max(len(m.items)-1, 0))
+			fetch := m.wantMore()
+			return m, fetch
 		case key.Matches(msg, m.keys.Open):
 			if m.cursor < len(m.items) {
 				m.openItem(m.items[m.cursor])
@@ -457,7 +603,8 @@ func (m Model) key(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 			m.cursor = i
 			m.openItem(m.items[i])
 		}
-		return m, nil
+		fetch := m.wantMore()
+		return m, fetch
 	}
 	var cmd tea.Cmd
 	m.vp, cmd = m.vp.Update(msg)

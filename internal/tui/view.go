@@ -36,7 +36,11 @@ func (m Model) header() string {
 	case !m.loaded:
 		status = m.st.dim.Render("loading…")
 	default:
-		status = fmt.Sprintf("%d pending", len(m.items)) + m.st.dim.Render(" · live")
+		n := fmt.Sprintf("%d pending", len(m.items))
+		if m.more { // more follow what is loaded: read as the cursor nears them
+			n = fmt.Sprintf("%d+ pending", len(m.items))
+		}
+		status = n + m.st.dim.Render(" · live")
 	}
 	line1 := truncate(m.st.title.Render("bcpgw approvals")+"  "+status, m.width)
 	line2 := m.st.dim.Render(truncate("state "+m.cfg.State, m.width))
