@@ -122,3 +122,29 @@ func TestApprovalsListLimits(t *testing.T) {
 	_, err = cl.Events(ctx, EventsParams{Agent: strings.Repeat("x", 300)})
 	wantCode(t, err, CodeInvalidParams)
 }
+
+// A subscription with an agent is notified of that agent's events only:
+// the filter reaches the backend's query, which the store runs in SQL.
+func TestSubscribeAgent(t *testing.T) {
+	fb := newFakeBackend()
+	ts := startServer(t, fb, ServerConfig{})
+	cl := dial(t, ts.path)
+	ctx := callCtx(t)
+	since := int64(0)
+	res, err := cl.Subscribe(ctx, SubscribeParams{Since: &since, Agent: "agent-approval_queued", Types: []string{"approval_*"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fb.addEvents("agent_started", "approval_queued", "approval_expired", "approval_queued") // agents are "agent-" + kind
+	evs := notesFor(t, cl, res.Subscription, 2)
+	if evs[0].Seq != 2 || evs[1].Seq != 4 {
+		t.Errorf("notified of %s, want seqs 2 and 4", seqs(evs))
+	}
+	calls := fb.callsOf("Events")
+	if p := calls[len(calls)-1].Params.(EventsParams); p.Agent != "agent-approval_queued" || len(p.Types) != 1 {
+		t.Errorf("the backend was asked %+v, want the agent and the types", p)
+	}
+	if _, err := cl.Subscribe(ctx, SubscribeParams{Agent: strings.Repeat("x", 300)}); CodeOf(err) != CodeInvalidParams {
+		t.Errorf("an agent of 300 bytes: %v, want invalid_params", err)
+	}
+}
