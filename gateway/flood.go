@@ -58,6 +58,10 @@ type floodState struct {
 	asked time.Time
 	// answered is set once the query in flight has had its first answer.
 	answered bool
+	// exited is set once the runtime's process is known to have exited:
+	// what it left in its pipe is read at once, not throttled, so that
+	// its end is seen without delay.
+	exited bool
 }
 
 // floodLimits are a session's flood limits: the agent's flood_limit, else
@@ -121,10 +125,21 @@ func (s *Session) countLine(l *loop, ev lineEvent) bool {
 		f.asked = s.cfg.Clock.Now()
 		return true
 	}
-	if f.bucket.take() || l.phase == killed {
+	if f.bucket.take() || l.phase == killed || f.exited {
 		return true
 	}
 	return s.throttle(l)
+}
+
+// goneWhileThrottled is the runtime's exit, watched only during a pause:
+// a runtime that exits while throttled would otherwise have what it left
+// in its pipe and in the reader's buffer (up to 128 KiB, thousands of
+// lines) read at its limit, which delays its end by seconds.
+func (s *Session) goneWhileThrottled(l *loop) <-chan struct{} {
+	if l.flood.pause == nil {
+		return nil
+	}
+	return s.gone
 }
 
 // throttle pauses reading the runtime's stdout for floodPause, or stops

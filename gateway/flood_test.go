@@ -95,18 +95,6 @@ func (r *recorder) kinds() []string {
 	return out
 }
 
-// killAdvancing kills a session that may be throttled and moves the fake
-// clock until it has ended: its leftover output is read only as pauses
-// end, and the session ends once it is drained (or, a second after the
-// process is gone, its pipes are closed).
-func killAdvancing(h *harness, s *Session) {
-	s.Kill()
-	for i := 0; i < 10000 && !ended(s); i++ {
-		h.clock.Advance(time.Second)
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // The results of turns the gateway sent and the first answer to each
 // query it delivered take no token: with a bucket of 4 that never refills,
 // 40 turns and 10 answers go through unslowed.
@@ -114,7 +102,6 @@ func TestFloodAskedLinesAreFree(t *testing.T) {
 	h := newHarness(t, "asked", agents.ToolRespond)
 	h.cfg.FloodBurst = 4 // ready takes one
 	s := h.start(t)
-	t.Cleanup(func() { killAdvancing(h, s) }) // before start's: it may be paused
 	for range 30 {
 		turnDone(t, s, runtime.Prompt{Type: runtime.TypePrompt, Content: "go"})
 	}
@@ -139,7 +126,6 @@ func TestFloodUnsolicitedLinesCount(t *testing.T) {
 	h := newHarness(t, "asked", agents.ToolRespond)
 	h.cfg.FloodBurst = 4
 	s := h.start(t)
-	t.Cleanup(func() { killAdvancing(h, s) }) // before start's: it may be paused
 	// ready took a token, the second answer takes another: 2 left.
 	turnDone(t, s, query("q-twice"))
 	// The prompt's result is free; of the five results after it, two take
@@ -187,7 +173,6 @@ func TestFloodThrottledBeforeStopped(t *testing.T) {
 	h.cfg.FloodBurst = 50
 	h.cfg.FloodStopAfter = 2 * time.Second
 	s := h.start(t)
-	t.Cleanup(func() { killAdvancing(h, s) }) // before start's: it may be paused
 	pauses := 0
 	for !ended(s) {
 		if !checkFor(t, 10*time.Second, time.Millisecond, func() bool { return h.clock.pendingFor(floodPause) || ended(s) }) {
@@ -235,7 +220,6 @@ func TestFloodLimitPerAgent(t *testing.T) {
 	h.cfg.FloodRate, h.cfg.FloodBurst = 1000, 1000 // the gateway's, overridden
 	h.cfg.Def.FloodLimit = agents.FloodLimit{LinesPerSecond: 10, Burst: 5}
 	s := h.start(t)
-	t.Cleanup(func() { killAdvancing(h, s) }) // before start's: it may be paused
 	texts := func() int { return len(h.audit.find("runtime_text", "")) }
 	// ready and four lines take the burst; the fifth finds it empty and is
 	// handled all the same, and paid back by the pause.
@@ -257,6 +241,27 @@ func TestFloodLimitPerAgent(t *testing.T) {
 	}
 	if ended(s) {
 		t.Errorf("stopped: %v", s.Err())
+	}
+}
+
+// A runtime that exits while throttled is not read at its limit to the
+// end of what it left in its pipe: its end is seen at once. The fake clock
+// never moves here, so no pause ends on its own.
+func TestFloodExitWhileThrottled(t *testing.T) {
+	h := newHarness(t, "flood")
+	h.cfg.FloodBurst = 50
+	s := h.start(t)
+	if !checkFor(t, 10*time.Second, time.Millisecond, func() bool { return h.clock.pendingFor(floodPause) }) {
+		t.Fatal("never throttled")
+	}
+	s.Kill()
+	waitDone(t, s)
+	var ee *ExitError
+	if !errors.As(s.Err(), &ee) || ee.Signal != "killed" {
+		t.Errorf("Err() = %v, want the runtime killed by SIGKILL", s.Err())
+	}
+	if n := len(h.audit.find("runtime_text", "")); n <= 50 {
+		t.Errorf("%d lines handled: what it left was not read", n)
 	}
 }
 

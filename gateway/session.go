@@ -209,6 +209,10 @@ type Session struct {
 	stopCh chan string // stop requests, with a reason
 	idleCh chan string // stop-when-idle requests, with a reason
 	done   chan struct{}
+	// gone is closed when the runtime's process has exited, which may be
+	// before its pipes are drained (never, if pidfds are not available):
+	// what a throttled runtime left in its pipe is then read at once.
+	gone chan struct{}
 
 	ready    chan struct{} // closed when ready arrives
 	startErr error         // set before done closes, if the start failed
@@ -258,6 +262,7 @@ func StartSession(ctx context.Context, cfg SessionConfig) (*Session, error) {
 		stopCh: make(chan string, 1),
 		idleCh: make(chan string, 1),
 		done:   make(chan struct{}),
+		gone:   make(chan struct{}),
 		ready:  make(chan struct{}),
 
 		replyReady: make(chan struct{}, 1),
@@ -361,7 +366,7 @@ func StartSession(ctx context.Context, cfg SessionConfig) (*Session, error) {
 		// second (a daemon it left behind may hold them open forever).
 		drained := make(chan struct{})
 		go func() { pipes.Wait(); close(drained) }()
-		gone := make(chan struct{})
+		gone := s.gone
 		if pidErr == nil {
 			go func() { waitExit(pidfd); close(gone) }()
 			select {

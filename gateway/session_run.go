@@ -62,6 +62,9 @@ func (s *Session) run(lines <-chan lineEvent, exited <-chan error) {
 			s.handleLine(l, ev)
 		case <-l.flood.pauseC():
 			s.resume(l)
+		case <-s.goneWhileThrottled(l):
+			l.flood.exited = true
+			s.resume(l)
 		case t := <-s.workIfReady(l):
 			l.queue = append(l.queue, t)
 			s.dispatch(l)
