@@ -196,7 +196,7 @@ func (g *Gateway) courier(ctx context.Context, c *courier) {
 		if !ok {
 			return
 		}
-		sent, err := g.deliver(ctx, c, &d)
+		sent, unmarked, err := g.deliver(ctx, c, &d)
 		if ctx.Err() != nil {
 			// Stopping: a send cut off here is nobody's failure.
 			return
@@ -238,10 +238,13 @@ func (g *Gateway) courier(ctx context.Context, c *courier) {
 		waits = 0
 		g.metrics.delivered(d, g.now())
 		g.backlog.done(d)
-		g.cfg.Store.FinishDelivery(d.ID, store.DeliveryDelivered, "", g.now(), store.Event{
-			Time: g.now(), Kind: "delivery_acked", Agent: d.Controller, Peer: d.Reader,
-			Detail: fmt.Sprintf("%s acknowledged delivery %s", d.Controller, d.ID), Category: int(d.Category), Bits: d.Bits,
-		})
+		acked := store.Event{Time: g.now(), Kind: "delivery_acked", Agent: d.Controller, Peer: d.Reader,
+			Detail: fmt.Sprintf("%s acknowledged delivery %s", d.Controller, d.ID), Category: int(d.Category), Bits: d.Bits}
+		if unmarked != nil {
+			g.cfg.Store.FinishSent(d.ID, store.DeliveryDelivered, "", g.now(), *unmarked, acked)
+		} else {
+			g.cfg.Store.FinishDelivery(d.ID, store.DeliveryDelivered, "", g.now(), acked)
+		}
 		c.pop()
 	}
 }
@@ -260,18 +263,19 @@ func (g *Gateway) finish(c *courier, d store.Delivery, state store.DeliveryState
 
 // deliver sends d to the Controller's session as a turn and waits for its
 // result. It counts the send in d and reports whether the turn was sent:
-// an error after a send means the session ended before answering. Only
-// c's goroutine calls it.
-func (g *Gateway) deliver(ctx context.Context, c *courier, d *store.Delivery) (sent bool, err error) {
+// an error after a send means the session ended before answering. On
+// success, unmarked is the send's event if it is not recorded yet: the
+// caller records it with the acknowledgment. Only c's goroutine calls it.
+func (g *Gateway) deliver(ctx context.Context, c *courier, d *store.Delivery) (sent bool, unmarked *store.Event, err error) {
 	// The session of the last delivery is asked first: the supervisor is
 	// asked only when there is none or it has ended.
 	if c.sess == nil || ended(c.sess) {
 		if err := g.checkRevoked(d); err != nil {
-			return false, err // no session is started for it
+			return false, nil, err // no session is started for it
 		}
 		sess, err := g.sv.Ensure(ctx, d.Controller)
 		if err != nil {
-			return false, err
+			return false, nil, err
 		}
 		c.sess = sess
 	}
@@ -279,7 +283,7 @@ func (g *Gateway) deliver(ctx context.Context, c *courier, d *store.Delivery) (s
 	// Checked again right before the send: a reload may have come while
 	// the session started.
 	if err := g.checkRevoked(d); err != nil {
-		return false, err
+		return false, nil, err
 	}
 	msg := forController(sess, runtime.ResponseDelivery{
 		Type: runtime.TypeResponseDelivery, QueryID: d.QueryID, SubscriptionID: d.SubscriptionID,
@@ -289,7 +293,7 @@ func (g *Gateway) deliver(ctx context.Context, c *courier, d *store.Delivery) (s
 	})
 	done, err := sess.Turn(ctx, msg)
 	if err != nil {
-		return false, err
+		return false, nil, err
 	}
 	d.Attempts++
 	kind := "delivery_sent"
@@ -298,15 +302,37 @@ func (g *Gateway) deliver(ctx context.Context, c *courier, d *store.Delivery) (s
 	}
 	ev := store.Event{Time: g.now(), Kind: kind, Agent: d.Controller, Peer: d.Reader, Ref: d.ID, Category: int(d.Category), Bits: d.Bits,
 		Detail: fmt.Sprintf("delivery %s to %s (attempt %d)", d.ID, d.Controller, d.Attempts)}
-	g.cfg.Store.MarkAttempted(d.ID, ev)
 	g.log.Debug(ev.Detail, "kind", ev.Kind)
+	// Most runtimes answer at once: then the send is recorded with the
+	// acknowledgment, in one write (FinishSent). One that takes longer
+	// than markDelay, or fails, has its send recorded on its own first.
+	mark := g.cfg.Clock.NewTimer(markDelay)
+	defer mark.Stop()
 	select {
 	case err := <-done:
-		return true, err
+		if err == nil {
+			return true, &ev, nil
+		}
+		g.cfg.Store.MarkAttempted(d.ID, ev)
+		return true, nil, err
+	case <-mark.C():
 	case <-ctx.Done():
-		return true, ctx.Err()
+	}
+	g.cfg.Store.MarkAttempted(d.ID, ev)
+	select {
+	case err := <-done:
+		return true, nil, err
+	case <-ctx.Done():
+		return true, nil, ctx.Err()
 	}
 }
+
+// markDelay is how long the outbox waits for a runtime's result before it
+// records the send on its own (see deliver). A crash within it loses the
+// record, as it may lose any write nobody waits for: the next send then
+// says redelivered false, and the runtime still drops the duplicate by
+// its delivery_id.
+const markDelay = 50 * time.Millisecond
 
 // sleep waits d on the gateway's clock, or until ctx ends (false).
 func (g *Gateway) sleep(ctx context.Context, d time.Duration) bool {

@@ -251,6 +251,10 @@ func (f *fakeBackend) prune(seq int64) {
 	f.events, f.pruned = kept, seq
 }
 
+func (f *fakeBackend) FlushEvents(ctx context.Context) error {
+	return f.enter(ctx, "FlushEvents", Peer{}, nil)
+}
+
 func (f *fakeBackend) EventsChanged() <-chan struct{} {
 	f.mu.Lock()
 	defer f.mu.Unlock()

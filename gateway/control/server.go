@@ -46,6 +46,9 @@ type Backend interface {
 	EventsPrunedBefore(ctx context.Context) (int64, error)
 	// EventsChanged returns a channel closed when new events are stored.
 	EventsChanged() <-chan struct{}
+	// FlushEvents waits until the events recorded so far are stored: the
+	// gateway writes most of them without waiting.
+	FlushEvents(ctx context.Context) error
 	Reload(ctx context.Context, by Peer) (ReloadResult, error)
 	Report(ctx context.Context, p ReportParams) (Report, error)
 	// Refused records a connection refused for its credentials.
@@ -773,6 +776,11 @@ func (cc *conn) call(req *request) (result any, after func(), err error) {
 		}
 		if p.Limit <= 0 || p.Limit > MaxEventsPage {
 			p.Limit = MaxEventsPage
+		}
+		// An operator who asks right after something happened must see
+		// it. (Subscriptions need not: they are woken by the commit.)
+		if err := b.FlushEvents(ctx); err != nil {
+			return nil, nil, err
 		}
 		evs, err := b.Events(ctx, p)
 		if err != nil {

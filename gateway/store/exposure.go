@@ -15,9 +15,12 @@ import (
 //
 //   - session_started opens a session of its agent (Event.Ref is its id);
 //   - session_stopped and session_crashed end the session named by Ref;
-//   - delivery_sent and delivery_retried add Bits to the agent's latest
-//     session, for the channel from Peer at Category (a session that
-//     started before the log did is opened then, with no id).
+//   - delivery_sent and delivery_retried add Bits to the agent's session
+//     in progress when it was sent (the latest one started at or before
+//     the event's time: the outbox may record a send after the session
+//     that got it has ended and the next one started), for the channel
+//     from Peer at Category (a session that started before the log did
+//     is opened then, with no id).
 //
 // A delivery re-sent after a crash thus counts for each session it was
 // sent to: the crashed one may have read it. Reading the report costs one
@@ -69,7 +72,7 @@ func recordExposure(tx execer, e *Event) error {
 		_, err := tx.Exec(sqlEndSession, millis(e.Time), e.Ref)
 		return err
 	case "delivery_sent", "delivery_retried":
-		res, err := tx.Exec(sqlAddExposure, e.Peer, e.Category, e.Bits, e.Agent)
+		res, err := tx.Exec(sqlAddExposure, e.Peer, e.Category, e.Bits, e.Agent, millis(e.Time))
 		if err != nil {
 			return err
 		}
@@ -80,7 +83,7 @@ func recordExposure(tx execer, e *Event) error {
 		if _, err := tx.Exec(sqlOpenSession, e.Agent, "", millis(e.Time)); err != nil {
 			return err
 		}
-		_, err = tx.Exec(sqlAddExposure, e.Peer, e.Category, e.Bits, e.Agent)
+		_, err = tx.Exec(sqlAddExposure, e.Peer, e.Category, e.Bits, e.Agent, millis(e.Time))
 		return err
 	}
 	return nil

@@ -151,3 +151,23 @@ func TestExposureFromEventsStoredBeforeIt(t *testing.T) {
 		t.Errorf("Exposure(main) after more events = %+v", got)
 	}
 }
+
+// A send recorded late, after the session that got it ended and the next
+// one started (the outbox records a failed send when it learns of the
+// failure), counts for the session in progress at its time.
+func TestExposureOfASendRecordedLate(t *testing.T) {
+	s := openT(t, filepath.Join(t.TempDir(), "state.db"))
+	at := func(m int) time.Time { return t0.Add(time.Duration(m) * time.Minute) }
+	if err := s.AppendSync(context.Background(),
+		Event{Time: at(0), Kind: "session_started", Agent: "main", Ref: "ses-1"},
+		Event{Time: at(2), Kind: "session_crashed", Agent: "main", Ref: "ses-1"},
+		Event{Time: at(3), Kind: "session_started", Agent: "main", Ref: "ses-2"},
+		Event{Time: at(1), Kind: "delivery_sent", Agent: "main", Peer: "researcher", Category: 2, Bits: 10, Ref: "dl-1"},
+	); err != nil {
+		t.Fatal(err)
+	}
+	got := mustExposure(t, s, "main")
+	if len(got) != 2 || len(got[0].Channels) != 1 || got[0].Channels[0].Bits != 10 || len(got[1].Channels) != 0 {
+		t.Errorf("exposure = %+v, want the 10 bits in ses-1 (sent at minute 1), none in ses-2", got)
+	}
+}

@@ -13,6 +13,7 @@ const (
 	sqlMarkAttempted  = `UPDATE deliveries SET attempts = attempts + 1 WHERE id = ?`
 	sqlRecordFailure  = `UPDATE deliveries SET failures = failures + 1 WHERE id = ?`
 	sqlFinishDelivery = `UPDATE deliveries SET state = ?, done_at = ?, done_detail = ? WHERE id = ? AND state = 'pending'`
+	sqlFinishSent     = `UPDATE deliveries SET state = ?, done_at = ?, done_detail = ?, attempts = attempts + 1 WHERE id = ? AND state = 'pending'`
 	sqlInsertEvent    = `INSERT INTO events (time, kind, agent, peer, code, detail, category, bits, ref, payload)
 			VALUES (?,?,?,?,?,?,?,?,?,?)`
 	// The exposure figures (exposure.go).
@@ -20,7 +21,7 @@ const (
 	sqlEndSession  = `UPDATE exposure_sessions SET ended_at = ? WHERE id =
 		(SELECT max(id) FROM exposure_sessions WHERE ref = ? AND ref <> '') AND ended_at = 0`
 	sqlAddExposure = `INSERT INTO exposure (session, reader, category, deliveries, bits)
-		SELECT id, ?, ?, 1, ? FROM exposure_sessions WHERE agent = ? ORDER BY id DESC LIMIT 1
+		SELECT id, ?, ?, 1, ? FROM exposure_sessions WHERE agent = ? AND started_at <= ? ORDER BY id DESC LIMIT 1
 		ON CONFLICT (session, reader, category) DO UPDATE SET deliveries = deliveries + 1, bits = bits + excluded.bits`
 	sqlSavepoint  = "SAVEPOINT op"
 	sqlRollbackTo = "ROLLBACK TO op"
@@ -29,6 +30,6 @@ const (
 
 // writeStatements lists the statements Open prepares.
 func writeStatements() []string {
-	return []string{sqlInsertApproval, sqlApprovalByID, sqlDecideApproval, sqlInsertDelivery, sqlMarkAttempted, sqlRecordFailure, sqlFinishDelivery, sqlInsertEvent,
+	return []string{sqlInsertApproval, sqlApprovalByID, sqlDecideApproval, sqlInsertDelivery, sqlMarkAttempted, sqlRecordFailure, sqlFinishDelivery, sqlFinishSent, sqlInsertEvent,
 		sqlOpenSession, sqlEndSession, sqlAddExposure, sqlSavepoint, sqlRollbackTo, sqlRelease}
 }
