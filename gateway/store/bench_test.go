@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -261,4 +262,72 @@ func BenchmarkPushCycleAt100PerSecond(b *testing.B) {
 	barrier(b, s)
 	b.StopTimer()
 	b.ReportMetric(float64(s.WALStats().Commits-before)/float64(b.N*pushes), "commits/push")
+}
+
+// BenchmarkReportVsLogSize reads the exposure report (Exposure, what
+// bcpgw report shows) of the same 100 sessions, each sent deliveries on 3
+// channels, from a state file whose event log holds 30,000 events, then
+// 3,000,000, and reports the time of one read in each and their ratio.
+// The report comes from per-session totals, not from the log, so the
+// ratio should be about 1 (it was linear in the log before).
+func BenchmarkReportVsLogSize(b *testing.B) {
+	var small, large time.Duration
+	for range b.N {
+		small = reportTime(b, 30_000)
+		large = reportTime(b, 3_000_000)
+	}
+	b.ReportMetric(float64(small.Microseconds()), "µs-at-30k")
+	b.ReportMetric(float64(large.Microseconds()), "µs-at-3M")
+	b.ReportMetric(float64(large)/float64(small), "ratio")
+	b.ReportMetric(0, "ns/op")
+}
+
+// reportTime builds a log of about events events around 100 Controller
+// sessions and returns the mean time of one Exposure read.
+func reportTime(b *testing.B, events int) time.Duration {
+	b.Helper()
+	b.StopTimer()
+	defer b.StartTimer()
+	s := openT(b, filepath.Join(b.TempDir(), "state.db"))
+	ctx := context.Background()
+	var evs []Event
+	for i := range 100 {
+		ref := fmt.Sprintf("ses-%d", i)
+		evs = append(evs, Event{Time: t0, Kind: "session_started", Agent: "main", Ref: ref})
+		for _, r := range []string{"researcher", "watcher", "mail"} {
+			for range 10 {
+				evs = append(evs, Event{Time: t0, Kind: "delivery_sent", Agent: "main", Peer: r, Category: 2, Bits: 12})
+			}
+		}
+		evs = append(evs, Event{Time: t0, Kind: "session_stopped", Agent: "main", Ref: ref})
+	}
+	if err := s.AppendSync(ctx, evs...); err != nil {
+		b.Fatal(err)
+	}
+	// The rest of the log: what a busy gateway stores besides (these
+	// kinds do not change the report).
+	err := s.write(ctx, func(tx *wtx) error {
+		_, err := tx.Exec(`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)
+			INSERT INTO events (time, kind, agent, peer, detail, category, bits, ref)
+			SELECT ?, CASE i % 3 WHEN 0 THEN 'publish_accepted' WHEN 1 THEN 'delivery_sent' ELSE 'delivery_acked' END,
+				'main', 'researcher', 'filler', 2, 12, 'dl-' || i FROM n`, events-len(evs), millis(t0))
+		return err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	// One read first: both files' pages are then in the page cache, as
+	// they are in a gateway that runs.
+	if _, err := s.Exposure(ctx, ""); err != nil {
+		b.Fatal(err)
+	}
+	const reads = 50
+	start := time.Now()
+	for range reads {
+		got, err := s.Exposure(ctx, "")
+		if err != nil || len(got) != 100 {
+			b.Fatalf("Exposure: %d sessions, %v; want 100", len(got), err)
+		}
+	}
+	return time.Since(start) / reads
 }
