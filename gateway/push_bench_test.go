@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"fmt"
 	"io"
 	"os"
@@ -27,22 +28,24 @@ import (
 // but, like the protocol (PROTOCOL.md section 5, Delivery), sends the
 // next delivery only after the controller's result for the one before.
 // It reports, side by side, the pushes a second each sustains (the reader
-// publishes as fast as it can), the latency from publish to delivery at a
-// steady 1,000 pushes a second, and the ratios of the throughputs, flat
-// out and at that steady rate.
+// publishes as fast as it can) and SQLite alone storing one row per push
+// with group commit (rawGroupCommit), the latency from publish to
+// delivery at a steady 1,000 pushes a second, and the ratios of the
+// throughputs, flat out and at that steady rate.
 func BenchmarkPushVsRelay(b *testing.B) {
 	const (
 		burst = 5000 // pushes of the throughput run
 		rate  = 1000 // pushes a second of the latency run
 		paced = 3000 // pushes of the latency run
 	)
-	var gwRate, metricsRate, relayRate, ackedRate, gwPaced, relayPaced float64
+	var gwRate, metricsRate, relayRate, ackedRate, sqliteRate, gwPaced, relayPaced float64
 	var gwLat, relayLat []time.Duration
 	for range b.N {
 		gwRate = throughput(runPushes(b, viaGateway, burst, 0))
 		metricsRate = throughput(runPushes(b, viaGatewayWithMetrics, burst, 0))
 		relayRate = throughput(runPushes(b, viaRelay(false), burst, 0))
 		ackedRate = throughput(runPushes(b, viaRelay(true), burst, 0))
+		sqliteRate = rawGroupCommit(b, burst)
 		gw := runPushes(b, viaGateway, paced, rate)
 		relay := runPushes(b, viaRelay(false), paced, rate)
 		gwPaced, relayPaced = throughput(gw), throughput(relay)
@@ -56,11 +59,51 @@ func BenchmarkPushVsRelay(b *testing.B) {
 	b.ReportMetric(ackedRate, "acked-relay-push/s")
 	b.ReportMetric(gwRate/relayRate, "ratio")
 	b.ReportMetric(gwRate/ackedRate, "ratio-acked")
+	b.ReportMetric(sqliteRate, "sqlite-push/s")
+	b.ReportMetric(gwRate/sqliteRate, "ratio-sqlite")
 	b.ReportMetric(micros(percentile(gwLat, 50)), "gw-p50-µs")
 	b.ReportMetric(micros(percentile(gwLat, 99)), "gw-p99-µs")
 	b.ReportMetric(micros(percentile(relayLat, 50)), "relay-p50-µs")
 	b.ReportMetric(micros(percentile(relayLat, 99)), "relay-p99-µs")
 	b.ReportMetric(0, "ns/op") // one op is a whole scenario: not meaningful
+}
+
+// rawGroupCommit is the floor of durable storage: SQLite alone, with the
+// store's pragmas (WAL, synchronous=FULL), inserting n deliveries one row
+// per push, up to 512 rows a commit as the store's group commit would
+// under load. It returns the rows a second.
+func rawGroupCommit(b *testing.B, n int) float64 {
+	b.Helper()
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(b.TempDir(), "raw.db")+
+		"?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_txlock=immediate")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	if _, err := db.Exec(`CREATE TABLE deliveries (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE,
+		controller TEXT NOT NULL, reader TEXT NOT NULL, subscription_id TEXT NOT NULL, category INTEGER NOT NULL,
+		response TEXT NOT NULL, bits REAL NOT NULL, state TEXT NOT NULL DEFAULT 'pending', created_at INTEGER NOT NULL)`); err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	for i := 0; i < n; {
+		tx, err := db.Begin()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for end := min(i+512, n); i < end; i++ {
+			if _, err := tx.Exec(`INSERT INTO deliveries (id, controller, reader, subscription_id, category, response, bits, created_at)
+				VALUES (?,?,?,?,?,?,?,?)`, store.NewID("dl-", 16), "main", "researcher", "load", 2,
+				fmt.Sprintf(`{"t":"%d"}`, time.Now().UnixNano()), 3.0, time.Now().UnixMilli()); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return float64(n) / time.Since(start).Seconds()
 }
 
 // timing is one push: when the reader sent it and the controller got it.
