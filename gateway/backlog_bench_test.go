@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
 	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/gateway/store"
 )
@@ -44,10 +42,6 @@ func heapWithBacklog(b *testing.B, pending int) uint64 {
 	if err := os.MkdirAll(filepath.Dir(received), 0o700); err != nil {
 		b.Fatal(err)
 	}
-	agentsDir := filepath.Join(dir, "agents")
-	if err := os.Mkdir(agentsDir, 0o700); err != nil {
-		b.Fatal(err)
-	}
 	defs := map[string]string{
 		"main.md": fmt.Sprintf(`---
 name: main
@@ -63,27 +57,30 @@ bcp_channels:
 `, benchrtPath, received),
 		"researcher.md": "---\nname: researcher\nruntime: [\"true\"]\ntools: [BCPPublish]\nbcp_channels:\n  - {peer: main, role: reader, max_category: 2, budget_bits: 1000000000}\n---\n",
 	}
-	for name, body := range defs {
-		if err := os.WriteFile(filepath.Join(agentsDir, name), []byte(body), 0o600); err != nil {
-			b.Fatal(err)
+	startGateway(b, dir, defs, func(c *Config) { seedBacklog(b, c.Store, pending) })
+	deadline := time.Now().Add(2 * time.Minute)
+	for countLines(received) < 1000 {
+		if time.Now().After(deadline) {
+			b.Fatalf("the controller got %d deliveries in 2 minutes, want 1000", countLines(received))
 		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	set, err := agents.LoadDir(agentsDir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	st, err := store.Open(filepath.Join(dir, "bcpgw.db"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
-	// The earlier run's backlog, written flat out.
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapInuse
+}
+
+// seedBacklog stores n pending deliveries from researcher to main, as an
+// earlier run would have left them, written flat out.
+func seedBacklog(b *testing.B, st *store.Store, n int) {
+	b.Helper()
 	errs := make(chan error, 1)
-	for i := range pending {
+	for range n {
 		d := store.Delivery{Controller: "main", Reader: "researcher", SubscriptionID: "load", Category: 2,
 			Response: json.RawMessage(fmt.Sprintf(`{"t":"%d"}`, time.Now().UnixNano())), Bits: 3, CreatedAt: time.Now()}
 		st.AddDeliveryThen(d, nil, func(_ store.Delivery, err error) {
-			if err != nil && i >= 0 {
+			if err != nil {
 				select {
 				case errs <- err:
 				default:
@@ -100,30 +97,6 @@ bcp_channels:
 	default:
 	}
 	runtime.GC()
-	gw, err := New(Config{Set: set, Store: st, StateDir: dir, Logger: hclog.New(&hclog.LoggerOptions{Output: os.Stderr, Level: hclog.Error})})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- gw.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			b.Error(err)
-		}
-	}()
-	deadline := time.Now().Add(2 * time.Minute)
-	for countLines(received) < 1000 {
-		if time.Now().After(deadline) {
-			b.Fatalf("the controller got %d deliveries in 2 minutes, want 1000", countLines(received))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapInuse
 }
 
 func countLines(path string) int {

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,10 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
 	"github.com/bcpgw/bcpgw/agents"
-	"github.com/bcpgw/bcpgw/gateway/store"
 )
 
 // BenchmarkFlood is one Reader publishing flat out for 30 seconds to a
@@ -82,39 +78,8 @@ bcp_channels:
 ---
 `, benchrtPath, secs, readerOut),
 	}
-	agentsDir := filepath.Join(dir, "agents")
-	if err := os.Mkdir(agentsDir, 0o700); err != nil {
-		b.Fatal(err)
-	}
-	for name, body := range defs {
-		if err := os.WriteFile(filepath.Join(agentsDir, name), []byte(body), 0o600); err != nil {
-			b.Fatal(err)
-		}
-	}
-	set, err := agents.LoadDir(agentsDir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	st, err := store.Open(filepath.Join(dir, "bcpgw.db"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
-	gw, err := New(Config{Set: set, Store: st, StateDir: dir, Logger: hclog.New(&hclog.LoggerOptions{Output: os.Stderr, Level: hclog.Error}),
-		// The flooding Reader is the point: no line limit stops it.
-		Session: SessionConfig{FloodRate: 1e9, FloodBurst: 1e9}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- gw.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			b.Error(err)
-		}
-	}()
+	// The flooding Reader is the point: no line limit slows it.
+	startGateway(b, dir, defs, func(c *Config) { c.Session = SessionConfig{FloodRate: 1e9, FloodBurst: 1e9} })
 	waitFile(b, readerOut) // every verdict is in
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)

@@ -43,10 +43,7 @@ func TestSixReadersReachTheirController(t *testing.T) {
 	if err := os.MkdirAll(filepath.Dir(out), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	agentsDir := filepath.Join(dir, "agents")
-	if err := os.Mkdir(agentsDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
+	defs := map[string]string{}
 	var main strings.Builder
 	fmt.Fprintf(&main, "---\nname: main\nruntime: [%s]\nautostart: true\nbcp_channels:\n",
 		quoteArgs([]string{benchrtPath, "controller", fmt.Sprint(total), out}))
@@ -67,35 +64,17 @@ bcp_channels:
   - {peer: main, role: reader, max_category: 2, budget_bits: 1000000000}
 ---
 `, i, quoteArgs([]string{benchrtPath, "reader", fmt.Sprint(each), fmt.Sprint(rate)}))
-		if err := os.WriteFile(filepath.Join(agentsDir, fmt.Sprintf("r%d.md", i)), []byte(reader), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		defs[fmt.Sprintf("r%d.md", i)] = reader
 	}
 	main.WriteString("---\n")
-	if err := os.WriteFile(filepath.Join(agentsDir, "main.md"), []byte(main.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	set, err := agents.LoadDir(agentsDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(filepath.Join(dir, "bcpgw.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	defs["main.md"] = main.String()
 	logs := &testproc.Buffer{}
-	gw, err := New(Config{Set: set, Store: st, StateDir: dir,
-		Logger: hclog.New(&hclog.LoggerOptions{Name: "gw", Output: logs, Level: hclog.Info})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- gw.Run(ctx) }()
+	rg := startGateway(t, dir, defs, func(c *Config) {
+		c.Logger = hclog.New(&hclog.LoggerOptions{Name: "gw", Output: logs, Level: hclog.Info})
+	})
+	st := rg.store
 	defer func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := rg.stop(); err != nil {
 			t.Errorf("gateway Run: %v", err)
 		}
 		if t.Failed() {

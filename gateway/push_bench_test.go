@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"bufio"
-	"context"
 	"database/sql"
 	"fmt"
 	"io"
@@ -14,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bcpgw/bcpgw/agents"
@@ -199,38 +197,17 @@ bcp_channels:
 ---
 `, quoteArgs(reader)),
 	}
-	agentsDir := filepath.Join(dir, "agents")
-	if err := os.Mkdir(agentsDir, 0o700); err != nil {
-		b.Fatal(err)
-	}
-	for name, body := range defs {
-		if err := os.WriteFile(filepath.Join(agentsDir, name), []byte(body), 0o600); err != nil {
-			b.Fatal(err)
-		}
-	}
-	set, err := agents.LoadDir(agentsDir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	st, err := store.Open(filepath.Join(dir, "bcpgw.db"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
-	gw, err := New(Config{Set: set, Store: st, StateDir: dir, Metrics: m, Logger: hclog.New(&hclog.LoggerOptions{Output: os.Stderr, Level: hclog.Warn}), Session: SessionConfig{
-		// The default flood limit (200 lines/s) is for model-driven agents;
-		// the benchmark reader publishes thousands a second.
-		FloodRate: 1e9, FloodBurst: 1e9,
-	}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- gw.Run(ctx) }()
+	rg := startGateway(b, dir, defs, func(c *Config) {
+		c.Metrics = m
+		// The default flood limit (200 lines/s) is for model-driven
+		// agents; the benchmark reader publishes thousands a second.
+		c.Session = SessionConfig{FloodRate: 1e9, FloodBurst: 1e9}
+		// The reader publishes without retrying: nothing may be refused
+		// for a backlog (the flood benchmark measures that).
+		c.MaxBacklog = 1 << 30
+	})
 	waitFile(b, controller[3])
-	cancel()
-	if err := <-done; err != nil {
+	if err := rg.stop(); err != nil {
 		b.Fatal(err)
 	}
 }

@@ -1,16 +1,8 @@
 package gateway
 
 import (
-	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
-
-	"github.com/hashicorp/go-hclog"
-
-	"github.com/bcpgw/bcpgw/agents"
-	"github.com/bcpgw/bcpgw/gateway/store"
 )
 
 // BenchmarkPushManyAgents is the flat-out push of BenchmarkPushVsRelay
@@ -50,7 +42,7 @@ func viaGatewayExtra(extra int) pushPath {
 		// The controller writes its timings into dir, so dir is its
 		// read_write path; the definitions and the state directory may
 		// not lie inside it.
-		agentsDir, stateDir := b.TempDir(), b.TempDir()
+		stateDir := b.TempDir() // the definitions go in stateDir/agents
 		defs := map[string]string{
 			"main.md": fmt.Sprintf(`---
 name: main
@@ -104,34 +96,15 @@ bcp_channels:
 ---
 `, r, benchrtPath, c)
 		}
-		for name, body := range defs {
-			if err := os.WriteFile(filepath.Join(agentsDir, name), []byte(body), 0o600); err != nil {
-				b.Fatal(err)
+		rg := startGateway(b, stateDir, defs, func(c *Config) {
+			if len(c.Set.Agents) != 2+extra {
+				b.Fatalf("%d agents, want %d", len(c.Set.Agents), 2+extra)
 			}
-		}
-		set, err := agents.LoadDir(agentsDir)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if len(set.Agents) != 2+extra {
-			b.Fatalf("%d agents, want %d", len(set.Agents), 2+extra)
-		}
-		st, err := store.Open(filepath.Join(stateDir, "bcpgw.db"))
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer st.Close()
-		gw, err := New(Config{Set: set, Store: st, StateDir: stateDir, Logger: hclog.New(&hclog.LoggerOptions{Output: os.Stderr, Level: hclog.Warn}),
-			Session: SessionConfig{FloodRate: 1e9, FloodBurst: 1e9}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- gw.Run(ctx) }()
+			c.Session = SessionConfig{FloodRate: 1e9, FloodBurst: 1e9}
+			c.MaxBacklog = 1 << 30 // the reader never retries a refused push
+		})
 		waitFile(b, controller[3])
-		cancel()
-		if err := <-done; err != nil {
+		if err := rg.stop(); err != nil {
 			b.Fatal(err)
 		}
 	}
