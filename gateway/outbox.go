@@ -103,17 +103,32 @@ func (o *outbox) resume(controller string) {
 }
 
 // requeue puts a delivery an operator retried back in its Controller's
-// queue, behind the window (its seq is older than the cursor, so the
-// store's pages will not hold it again).
+// queue, behind the window. Its seq is usually older than the cursor, so
+// that the store's pages do not hold it again; when it is not (it was
+// parked in an earlier run), a page may, and then it is queued once.
 func (o *outbox) requeue(d store.Delivery) {
 	c := o.courierFor(d.Controller)
 	if c == nil {
 		return
 	}
 	c.mu.Lock()
-	c.queue = append(c.queue, d)
+	// A page read since the retry was stored may hold it already.
+	if !c.queued(d.ID) {
+		c.queue = append(c.queue, d)
+	}
 	c.mu.Unlock()
 	c.poke()
+}
+
+// queued reports whether the delivery with id is in the queue. c.mu is
+// held. The queue is short (the window and operator retries).
+func (c *courier) queued(id string) bool {
+	for _, q := range c.queue {
+		if q.ID == id {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *courier) poke() {
@@ -161,7 +176,9 @@ func (g *Gateway) head(ctx context.Context, c *courier) (store.Delivery, bool) {
 		c.mu.Lock()
 		for _, d := range page {
 			if d.Seq > c.cursor {
-				c.queue = append(c.queue, d)
+				if !c.queued(d.ID) { // an operator's retry may be there already
+					c.queue = append(c.queue, d)
+				}
 				c.cursor = d.Seq
 			}
 		}
