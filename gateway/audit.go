@@ -1,6 +1,10 @@
 package gateway
 
 import (
+	"fmt"
+	"sync"
+	"time"
+
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/bcpgw/bcpgw/gateway/store"
@@ -21,7 +25,12 @@ func truncatePayload(b []byte) []byte {
 
 // LogAuditor writes events to a logger: the auditor of sessions used
 // without a store, and the log half of StoreAuditor.
-type LogAuditor struct{ Logger hclog.Logger }
+type LogAuditor struct {
+	Logger hclog.Logger
+	// Quiet, if set, keeps a flood of refusals out of the log (see
+	// logQuiet); every event is logged otherwise.
+	Quiet *logQuiet
+}
 
 // chatty reports the events logged at debug level: there are several
 // per turn.
@@ -53,12 +62,81 @@ func (a LogAuditor) Audit(e store.Event) {
 	switch {
 	case e.Code != "":
 		level = hclog.Warn
+		if a.Quiet != nil {
+			log, note := a.Quiet.admit(e)
+			if note != "" {
+				a.Logger.Warn(note)
+			}
+			if !log {
+				return
+			}
+		}
 	case chatty(e.Kind):
 		level = hclog.Debug
 	}
 	// The detail goes in as a value, which the logger quotes when needed:
 	// it can hold text a runtime chose, and must not forge log lines.
-	a.Logger.Log(level, "audit", append(args, "detail", e.Detail)...)
+	a.Logger.Log(level, "event", append(args, "detail", e.Detail)...)
+}
+
+// Refusals are logged as warnings, and a flooding runtime can cause
+// thousands a second (a Reader pushing past its Controller's backlog, say):
+// that many log lines cost the gateway more than the refusals themselves
+// and bury everything else. So the log shows at most quietBurst refusals
+// of one kind and code from one agent in quietWindow, says when it starts
+// leaving them out, and sums up what it left out when the next one comes
+// after the window. The store keeps every one (bcpgw events).
+const (
+	quietBurst  = 10
+	quietWindow = 10 * time.Second
+)
+
+// logQuiet counts refusals per agent, kind and code (all bounded sets:
+// agent names come from the definitions, codes from bcp.Codes). It is
+// safe for concurrent use.
+type logQuiet struct {
+	clock Clock
+	mu    sync.Mutex
+	seen  map[quietKey]*quietCount
+}
+
+type quietKey struct{ agent, kind, code string }
+
+type quietCount struct {
+	since          time.Time // the start of the window
+	logged, missed int
+}
+
+func newLogQuiet(c Clock) *logQuiet {
+	return &logQuiet{clock: c, seen: map[quietKey]*quietCount{}}
+}
+
+// admit says whether e is logged, and gives a line to log before it, if
+// any: the start of leaving lines out, or what was left out.
+func (q *logQuiet) admit(e store.Event) (log bool, note string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now := q.clock.Now()
+	k := quietKey{e.Agent, e.Kind, e.Code}
+	c := q.seen[k]
+	if c == nil || now.Sub(c.since) >= quietWindow {
+		if c != nil && c.missed > 0 {
+			note = fmt.Sprintf("%d more %s events (%s) of %s were not logged in the %s from %s; bcpgw events has them all",
+				c.missed, e.Kind, e.Code, e.Agent, quietWindow, c.since.Format(time.TimeOnly))
+		}
+		q.seen[k] = &quietCount{since: now, logged: 1}
+		return true, note
+	}
+	switch {
+	case c.logged < quietBurst:
+		c.logged++
+		return true, ""
+	case c.missed == 0:
+		note = fmt.Sprintf("more %s events (%s) of %s than %d in %s: not logging them until %s (bcpgw events has them all)",
+			e.Kind, e.Code, e.Agent, quietBurst, quietWindow, c.since.Add(quietWindow).Format(time.TimeOnly))
+	}
+	c.missed++
+	return false, note
 }
 
 // StoreAuditor records events durably in the store and logs them.

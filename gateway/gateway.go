@@ -125,7 +125,7 @@ func New(cfg Config) (*Gateway, error) {
 	g := &Gateway{
 		cfg:     cfg,
 		log:     cfg.Logger,
-		audit:   countingAuditor{next: StoreAuditor{Store: cfg.Store, Log: LogAuditor{Logger: cfg.Logger.Named("audit")}}, m: cfg.Metrics},
+		audit:   countingAuditor{next: StoreAuditor{Store: cfg.Store, Log: LogAuditor{Logger: cfg.Logger.Named("audit"), Quiet: newLogQuiet(cfg.Clock)}}, m: cfg.Metrics},
 		metrics: cfg.Metrics,
 		budgets: newBudgets(),
 		queries: map[string]*pendingQuery{},
