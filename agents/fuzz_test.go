@@ -27,6 +27,8 @@ func FuzzParse(f *testing.F) {
 		"---\nname: &a x\nruntime: *a\n---\n",
 		"---\nname: a\nname: b\n---\n",
 		"no frontmatter",
+		"---\n\"0000\r0\n---", // a lone CR: YAML's line break, not ours (found by fuzzing)
+		"---\r\nname: a\r\nruntime: b\r\n---\r\n",
 		"---\nname: a\n",
 		"\x00\x01\x02",
 		"---\nname: a\nruntime: b\nworkdir: ../w\nsandbox:\n  read_only: [x, /y/, \"\"]\n  read_write: [/, \"a\\0\"]\n  network: [\"[::1]:8\", \"*.a.b\", host]\n---\n",

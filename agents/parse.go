@@ -88,7 +88,11 @@ func (d *decoder) frontmatter(data []byte, required string) (*yaml.Node, string)
 		return nil, ""
 	}
 	if line, r, ok := controlChar(fm.yaml); ok {
-		d.errorf(line+d.offset, "", "invalid YAML: control character U+%04X (only tab, newline and carriage return are allowed)", r)
+		if r == '\r' {
+			d.errorf(line+d.offset, "", "invalid YAML: a carriage return (U+000D) not followed by a newline; save the file with LF or CRLF line endings")
+		} else {
+			d.errorf(line+d.offset, "", "invalid YAML: control character U+%04X (only tab, newline and carriage return before a newline are allowed)", r)
+		}
 		return nil, ""
 	}
 	var doc yaml.Node
@@ -274,13 +278,24 @@ func documentMarker(src []byte) int {
 
 // controlChar finds the first control character YAML does not allow,
 // with its 1-based line (yaml.v3 reports these without a line).
+//
+// A carriage return is allowed only before a newline (CRLF line endings):
+// YAML reads a lone one as a line break where an editor may not, so the
+// lines counted here and the parser's would part, and every later error
+// would name the wrong line.
 func controlChar(src []byte) (int, rune, bool) {
 	line := 1
-	for _, r := range string(src) {
+	s := string(src)
+	for i, r := range s {
 		switch {
 		case r == '\n':
 			line++
-		case r == '\t' || r == '\r':
+		case r == '\r':
+			if i+1 < len(s) && s[i+1] == '\n' {
+				continue
+			}
+			return line, r, true
+		case r == '\t':
 		case r < 0x20 || r == 0x7f:
 			return line, r, true
 		}
