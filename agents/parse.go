@@ -91,7 +91,7 @@ func (d *decoder) frontmatter(data []byte, required string) (*yaml.Node, string)
 		if r == '\r' {
 			d.errorf(line+d.offset, "", "invalid YAML: a carriage return (U+000D) not followed by a newline; save the file with LF or CRLF line endings")
 		} else {
-			d.errorf(line+d.offset, "", "invalid YAML: control character U+%04X (only tab, newline and carriage return before a newline are allowed)", r)
+			d.errorf(line+d.offset, "", "invalid YAML: control character U+%04X (only tab, newline and carriage return are allowed)", r)
 		}
 		return nil, ""
 	}
