@@ -316,11 +316,56 @@ func (d *decoder) yamlError(err error, src []byte) {
 	text := m[2]
 	if yamlParserErr.MatchString(text) {
 		line++
+		// yaml.v3 names the line where the enclosing block began (a list
+		// item three lines up, say), not the mistake: the mistake is on
+		// the first line at which the YAML so far fails the same way.
+		if l, ok := firstFailingLine(src, text); ok {
+			line = l
+		}
 	}
 	if l := srcLine(src, line); strings.HasPrefix(strings.TrimLeft(l, " "), "\t") {
 		text += " (YAML does not allow tabs for indentation; use spaces)"
+	} else if hint := yamlHints[text]; hint != "" {
+		text += " (" + hint + ")"
 	}
 	d.errorf(line+d.offset, "", "invalid YAML: %s", text)
+}
+
+// yamlHints say in plain words what yaml.v3's commonest syntax errors
+// usually mean.
+var yamlHints = map[string]string{
+	"did not find expected '-' indicator":            "this line is not indented like the list items above it",
+	"did not find expected key":                      "this line is not indented like the keys above it",
+	"did not find expected ',' or ']'":               "a [ list opened here is not closed with ], or lacks a comma",
+	"did not find expected ',' or '}'":               "a { map opened here is not closed with }, or lacks a comma",
+	"found unexpected end of stream":                 "a quote or bracket opened here is never closed",
+	"mapping values are not allowed in this context": "a value holds ': '; put it in quotes",
+}
+
+// maxPrefixLines bounds firstFailingLine's work: it parses every prefix.
+const maxPrefixLines = 2000
+
+// firstFailingLine returns the first line L such that the YAML of src's
+// first L lines fails with the parser error text: where the document
+// stops making sense.
+func firstFailingLine(src []byte, text string) (int, bool) {
+	lines := bytes.SplitAfter(src, []byte("\n"))
+	if len(lines) > maxPrefixLines {
+		return 0, false
+	}
+	var prefix []byte
+	for i, l := range lines {
+		prefix = append(prefix, l...)
+		var n yaml.Node
+		err := yaml.Unmarshal(prefix, &n)
+		if err == nil {
+			continue
+		}
+		if m := yamlErrLine.FindStringSubmatch(err.Error()); m != nil && m[2] == text {
+			return i + 1, true
+		}
+	}
+	return 0, false
 }
 
 func srcLine(src []byte, line int) string {
