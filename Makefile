@@ -16,8 +16,12 @@ FUZZ_TARGETS := \
 
 all: build
 
+# The commit is stamped into the binaries (bcpgw version) wherever git can
+# read this checkout, even if GOFLAGS says -buildvcs=false.
+BUILDVCS = $(shell git status --porcelain >/dev/null 2>&1 && echo -buildvcs=auto)
+
 build:
-	$(GO) build -o $(BIN)/ ./cmd/... ./examples/runtimes/...
+	$(GO) build $(BUILDVCS) -o $(BIN)/ ./cmd/... ./examples/runtimes/...
 
 fmt-check:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
