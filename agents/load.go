@@ -293,6 +293,54 @@ func (d *Definition) warnf(path, format string, args ...any) *Warning {
 	return (*Warning)(d.errorf(path, format, args...))
 }
 
+// nearName returns the agent name within two edits of name, if there is
+// exactly one: most likely what a typo meant.
+func (s *Set) nearName(name string) string {
+	found := ""
+	for n := range s.byName {
+		if editDistance(n, name) <= 2 {
+			if found != "" {
+				return ""
+			}
+			found = n
+		}
+	}
+	return found
+}
+
+// misspells reports whether d has a channel to an agent that does not
+// exist whose name is a likely typo of name.
+func (s *Set) misspells(d *Definition, name string) bool {
+	for _, c := range d.Channels {
+		if s.byName[c.Peer] == nil && !s.unnamed[c.Peer] && s.nearName(c.Peer) == name {
+			return true
+		}
+	}
+	return false
+}
+
+// editDistance is the Levenshtein distance of a and b, in bytes (agent
+// names are ASCII).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
 // chanPath is the field path of c in its definition.
 func chanPath(c *Channel, field string) string {
 	return join(index("bcp_channels", c.index), field)
@@ -311,12 +359,19 @@ func (s *Set) link() []*ParseError {
 				continue // its file failed to parse; that error comes first
 			}
 			if peer == nil {
-				errs = append(errs, d.errorf(chanPath(c, "peer"), "no agent named %q in %s", c.Peer, s.Dir))
+				msg := fmt.Sprintf("no agent named %q in %s", c.Peer, s.Dir)
+				if near := s.nearName(c.Peer); near != "" {
+					msg += fmt.Sprintf(" (did you mean %q?)", near)
+				}
+				errs = append(errs, d.errorf(chanPath(c, "peer"), "%s", msg))
 				continue
 			}
 			mirror := peer.Channel(d.Name)
 			if mirror == nil && peer.broken {
 				continue // the peer's own errors come first
+			}
+			if mirror == nil && s.misspells(peer, d.Name) {
+				continue // the peer's channel names d with a typo: that error is the cause
 			}
 			if mirror == nil {
 				errs = append(errs, d.errorf(chanPath(c, "peer"), "%s has no channel back to %s: add {peer: %s, role: %s} to its bcp_channels in %s",
@@ -367,17 +422,21 @@ func (s *Set) warn() {
 				w(d.warnf("tools", "%q is not a BCP tool (BCPQuery, BCPRespond, BCPPublish); it grants no protocol right", t))
 			}
 		}
-		controls := false
+		// A Controller that only receives pushes needs no BCPQuery, and
+		// then its query counters do not matter: only a channel that can
+		// carry nothing, or query rights it cannot use, are warned about.
+		queries := d.HasTool(ToolQuery)
 		for _, c := range d.Channels {
-			if c.Role == RoleController {
-				controls = true
-				if c.MaxCategory >= bcp.Cat2 && c.MaxCat2Queries == 0 {
-					w(d.warnf(chanPath(c, "max_category"), "max_category %d allows Cat-2 but max_cat2_queries is 0: Cat-2 queries to %s will be refused", c.MaxCategory, c.Peer))
-				}
+			if c.Role != RoleController {
+				continue
 			}
-		}
-		if controls && !d.HasTool(ToolQuery) {
-			w(d.warnf("tools", "%s controls a channel but lacks the %s tool: it cannot query its readers", d.Name, ToolQuery))
+			switch {
+			case !queries && len(c.Subscriptions) == 0:
+				w(d.warnf(chanPath(c, "peer"), "%s controls the channel to %s but has no subscriptions on it and lacks the %s tool: nothing can pass on it",
+					d.Name, c.Peer, ToolQuery))
+			case queries && c.MaxCategory >= bcp.Cat2 && c.MaxCat2Queries == 0:
+				w(d.warnf(chanPath(c, "max_category"), "max_category %d allows Cat-2 but max_cat2_queries is 0: Cat-2 queries to %s will be refused", c.MaxCategory, c.Peer))
+			}
 		}
 		if n := len(s.SubscriptionsFor(d.Name)); n > 0 && !d.HasTool(ToolPublish) {
 			w(d.warnf("tools", "%d subscription(s) target %s but it lacks the %s tool: it cannot publish to them", n, d.Name, ToolPublish))
