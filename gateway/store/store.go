@@ -65,6 +65,8 @@ type Store struct {
 	ops    chan op
 	done   chan struct{}        // closed when the writer has exited
 	stmts  map[string]*sql.Stmt // prepared on wdb at Open; read-only after
+	// readOnly: opened with OpenReadOnly, rdb alone (no writer, no lock).
+	readOnly bool
 
 	changedMu sync.Mutex
 	changed   chan struct{} // closed and replaced after a commit that stored events
@@ -342,6 +344,9 @@ func (s *Store) Path() string { return s.path }
 // Close waits for every submitted write to be committed, then closes the
 // file. Safe to call more than once.
 func (s *Store) Close() error {
+	if s.readOnly {
+		return s.rdb.Close()
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -367,6 +372,9 @@ func (s *Store) Close() error {
 
 // submit queues a write. It blocks only while the queue is full.
 func (s *Store) submit(o op) error {
+	if s.readOnly {
+		return ErrReadOnly
+	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
