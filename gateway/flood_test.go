@@ -257,7 +257,7 @@ func TestFloodExitWhileThrottled(t *testing.T) {
 	s.Kill()
 	waitDone(t, s)
 	var ee *ExitError
-	if !errors.As(s.Err(), &ee) || ee.Signal != "killed" {
+	if !errors.As(s.Err(), &ee) || ee.Signal != "SIGKILL" {
 		t.Errorf("Err() = %v, want the runtime killed by SIGKILL", s.Err())
 	}
 	if n := len(h.audit.find("runtime_text", "")); n <= 50 {

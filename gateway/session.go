@@ -166,7 +166,7 @@ func (c *SessionConfig) defaults() {
 type ExitError struct {
 	Agent  string
 	Code   int    // exit code, or -1 when killed by a signal
-	Signal string // the signal, if any
+	Signal string // the signal's name ("SIGKILL"), if any
 	Reason string // why the gateway stopped it, if it did (e.g. flooding)
 	Stderr []string
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
 
 	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/bcp"
@@ -229,6 +230,15 @@ func (s *Session) startFailed(l *loop, why string) {
 	s.stopNow(l, why)
 }
 
+// signalName is a signal as people write it in prose: "SIGKILL", not
+// Go's "killed" (which made "killed by killed").
+func signalName(sig syscall.Signal) string {
+	if name := unix.SignalName(sig); name != "" {
+		return name
+	}
+	return fmt.Sprintf("signal %d", int(sig))
+}
+
 // finish records how the session ended and releases everyone waiting.
 func (s *Session) finish(l *loop, waitErr error) {
 	l.timer.Stop()
@@ -238,7 +248,7 @@ func (s *Session) finish(l *loop, waitErr error) {
 	var ee *exec.ExitError
 	if errors.As(waitErr, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			exit.Signal = ws.Signal().String()
+			exit.Signal = signalName(ws.Signal())
 		}
 	}
 	if s.sandbox != nil {
@@ -246,7 +256,7 @@ func (s *Session) finish(l *loop, waitErr error) {
 		if ex := s.sandbox.Exit(); ex != nil {
 			exit.Code, exit.Signal = ex.Code, ""
 			if ex.Signal != 0 {
-				exit.Signal = syscall.Signal(ex.Signal).String()
+				exit.Signal = signalName(syscall.Signal(ex.Signal))
 			}
 		} else if exit.Signal == "" && exit.Reason == "" {
 			exit.Reason = fmt.Sprintf("the sandbox's init ended (code %d) without the runtime's status", exit.Code)
