@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -56,7 +57,7 @@ func (a LogAuditor) Audit(e store.Event) {
 		args = append(args, "ref", e.Ref)
 	}
 	if len(e.Payload) > 0 {
-		args = append(args, "payload", string(e.Payload))
+		args = append(args, "payload", logPayload(e.Payload))
 	}
 	level := hclog.Info
 	switch {
@@ -80,15 +81,16 @@ func (a LogAuditor) Audit(e store.Event) {
 }
 
 // Refusals are logged as warnings, and a flooding runtime can cause
-// thousands a second (a Reader pushing past its Controller's backlog, say):
-// that many log lines cost the gateway more than the refusals themselves
-// and bury everything else. So the log shows at most quietBurst refusals
+// thousands a second (a Reader pushing past its Controller's backlog, say),
+// and a stuck one the same warning every few seconds for hours (a budget
+// exhausted): that many log lines cost the gateway more than the refusals
+// themselves and bury everything else. So the log shows at most quietBurst refusals
 // of one kind and code from one agent in quietWindow, says when it starts
 // leaving them out, and sums up what it left out when the next one comes
 // after the window. The store keeps every one (bcpgw events).
 const (
-	quietBurst  = 10
-	quietWindow = 10 * time.Second
+	quietBurst  = 5
+	quietWindow = 10 * time.Minute
 )
 
 // logQuiet counts refusals per agent, kind and code (all bounded sets:
@@ -137,6 +139,23 @@ func (q *logQuiet) admit(e store.Event) (log bool, note string) {
 	}
 	c.missed++
 	return false, note
+}
+
+// maxLogPayload is how much of a refused payload the log shows: enough to
+// recognize it; the event in the store keeps more (store.MaxPayload).
+const maxLogPayload = 200
+
+// logPayload is a payload as the log shows it, cut at maxLogPayload bytes
+// (at a rune boundary) with its full size.
+func logPayload(p []byte) string {
+	if len(p) <= maxLogPayload {
+		return string(p)
+	}
+	cut := maxLogPayload
+	for cut > 0 && !utf8.RuneStart(p[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s... (%d bytes; bcpgw events --json has it)", p[:cut], len(p))
 }
 
 // StoreAuditor records events durably in the store and logs them.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -193,6 +194,17 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	for c := range controllers {
 		g.outbox.resume(c)
+	}
+	// Items held before a restart still wait for a person: say so, and
+	// how to decide them, where an operator looks first.
+	if b, err := g.cfg.Store.BacklogCounts(ctx); err == nil {
+		if b.Approvals > 0 {
+			g.log.Info("approval items from before the restart wait for an operator", "pending", b.Approvals, "decide", g.decideHint())
+		}
+		if b.Parked > 0 {
+			g.log.Warn("parked deliveries wait for an operator to retry or discard them", "parked", b.Parked,
+				"list", strings.Replace(g.decideHint(), "approvals", "deliveries list", 1))
+		}
 	}
 	g.sched.start(ctx, g.set.Load())
 	close(g.running)

@@ -270,7 +270,8 @@ func (g *Gateway) admit(reply *PendingReply, a admitted) {
 		g.held[item.ID] = heldItem{reader: a.sess, query: a.query}
 		g.mu.Unlock()
 		g.counted(a, "held", nil)
-		g.log.Info("approval item waiting for an operator", "id", item.ID, "from", reader, "to", controller, "what", itemSubject(item), "expires", item.ExpiresAt.Format(time.RFC3339))
+		g.log.Info("approval item waiting for an operator", "id", item.ID, "from", reader, "to", controller, "what", itemSubject(item),
+			"expires", item.ExpiresAt.Format(time.RFC3339), "decide", g.decideHint())
 		// The verdict comes when an operator decides; until then later
 		// answers to this Reader need not wait.
 		reply.Skip()
@@ -316,6 +317,15 @@ func asBCPError(err error) *bcp.Error {
 		return e
 	}
 	return &bcp.Error{Code: bcp.ValidationFailed, Detail: err.Error()}
+}
+
+// decideHint is the command that opens the approval queue of this
+// gateway, for log lines about items waiting.
+func (g *Gateway) decideHint() string {
+	if g.cfg.StateDir == "" {
+		return "bcpgw approvals"
+	}
+	return "bcpgw approvals --state " + g.cfg.StateDir
 }
 
 func itemSubject(a store.Approval) string {
