@@ -3,25 +3,16 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/bcpgw/bcpgw/bcp"
 	"github.com/bcpgw/bcpgw/gateway/control"
 	"github.com/bcpgw/bcpgw/gateway/store"
 )
 
-// Deliveries implements control.Backend.
+// Deliveries implements control.Backend (storeView.deliveries).
 func (o *Operator) Deliveries(ctx context.Context, p control.DeliveriesParams) ([]control.Delivery, error) {
-	ds, err := o.g.cfg.Store.ListDeliveries(ctx, store.DeliveryFilter{
-		State: store.DeliveryState(p.State), Controller: p.Controller, After: p.Cursor, Limit: p.Limit,
-	})
-	if err != nil {
-		return nil, err
-	}
-	out := make([]control.Delivery, len(ds))
-	for i := range ds {
-		out[i] = deliveryView(&ds[i])
-	}
-	return out, nil
+	return o.view().deliveries(ctx, p)
 }
 
 // RetryDelivery implements control.Backend.
@@ -66,4 +57,14 @@ func deliveryView(d *store.Delivery) control.Delivery {
 		Response: d.Response, Anomalies: anomalies, BandwidthBits: d.Bits, Attempts: d.Attempts, Failures: d.Failures,
 		CreatedAt: d.CreatedAt, DoneAt: d.DoneAt, Detail: d.DoneDetail,
 	}
+}
+
+// Backup implements control.Backend.
+func (o *Operator) Backup(ctx context.Context, by control.Peer, p control.BackupParams) (control.BackupResult, error) {
+	n, err := o.g.cfg.Store.Backup(ctx, p.Path)
+	if err != nil {
+		return control.BackupResult{}, err
+	}
+	o.acted("operator_backup", "", by, fmt.Sprintf("state file copied to %s (%d bytes)", p.Path, n))
+	return control.BackupResult{Path: p.Path, Bytes: n}, nil
 }

@@ -171,3 +171,26 @@ func TestDeliveriesPageStaysUnderTheLineLimit(t *testing.T) {
 		t.Errorf("%d deliveries in %d pages, want 30 in at least 4", total, pages)
 	}
 }
+
+func (f *fakeBackend) Backup(ctx context.Context, by Peer, p BackupParams) (BackupResult, error) {
+	if err := f.enter(ctx, "Backup", by, p); err != nil {
+		return BackupResult{}, err
+	}
+	return BackupResult{Path: p.Path, Bytes: 4096}, nil
+}
+
+func TestBackupNeedsAnAbsolutePath(t *testing.T) {
+	fb := newFakeBackend()
+	ts := startServer(t, fb, ServerConfig{})
+	cl := dial(t, ts.path)
+	if _, err := cl.Backup(callCtx(t), "relative.db"); CodeOf(err) != CodeInvalidParams {
+		t.Errorf("relative path: %v, want invalid_params", err)
+	}
+	r, err := cl.Backup(callCtx(t), "/backups/bcpgw.db")
+	if err != nil || r.Path != "/backups/bcpgw.db" {
+		t.Errorf("backup: %+v, %v", r, err)
+	}
+	if calls := fb.callsOf("Backup"); len(calls) != 1 || calls[0].Peer.PID == 0 {
+		t.Errorf("backup calls %+v, want one naming the peer", calls)
+	}
+}

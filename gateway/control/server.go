@@ -54,6 +54,8 @@ type Backend interface {
 	// Refused records a connection refused for its credentials.
 	Refused(p Peer, why string)
 	DeliveriesBackend
+	// Backup writes a copy of the state file to p.Path.
+	Backup(ctx context.Context, by Peer, p BackupParams) (BackupResult, error)
 }
 
 // ServerConfig configures a Server.
@@ -730,6 +732,9 @@ func (cc *conn) call(req *request) (result any, after func(), err error) {
 			return nil, nil, err
 		}
 		return approvalsPage(ctx, b, p)
+	case MethodBackup:
+		result, err := cc.backupCall(req)
+		return result, nil, err
 	case MethodDeliveriesList, MethodDeliveriesRetry, MethodDeliveriesDiscard:
 		result, err := cc.deliveriesCall(req)
 		return result, nil, err
@@ -768,39 +773,7 @@ func (cc *conn) call(req *request) (result any, after func(), err error) {
 		if err := decode(req.Params, &p); err != nil {
 			return nil, nil, err
 		}
-		if err := checkTypes(p.Types); err != nil {
-			return nil, nil, err
-		}
-		if err := checkAgent(p.Agent); err != nil {
-			return nil, nil, err
-		}
-		if p.Limit <= 0 || p.Limit > MaxEventsPage {
-			p.Limit = MaxEventsPage
-		}
-		// An operator who asks right after something happened must see
-		// it. (Subscriptions need not: they are woken by the commit.)
-		if err := b.FlushEvents(ctx); err != nil {
-			return nil, nil, err
-		}
-		evs, err := b.Events(ctx, p)
-		if err != nil {
-			return nil, nil, err
-		}
-		page := EventsPage{Events: evs, Next: p.Since}
-		if page.Events == nil {
-			page.Events = []Event{}
-		}
-		if n := len(evs); n > 0 {
-			page.Next = evs[n-1].Seq
-		}
-		// Read after the events: only a prefix of the log is pruned, so
-		// if events after since are gone now, this says so even when the
-		// pruning came while they were being read.
-		pruned, err := prunedAfter(ctx, b, p.Since)
-		if pruned > 0 {
-			page.PrunedBefore, page.Notice = pruned, prunedNotice(pruned)
-			page.Next = max(page.Next, pruned-1)
-		}
+		page, err := eventsPage(ctx, b, p)
 		return page, nil, err
 	case MethodSubscribe:
 		return cc.subscribe(req.Params)
@@ -838,9 +811,47 @@ func (cc *conn) call(req *request) (result any, after func(), err error) {
 	return nil, nil, Errorf(CodeMethodNotFound, "no method %q", req.Method)
 }
 
+// eventsPage answers events.list.
+func eventsPage(ctx context.Context, b ReadBackend, p EventsParams) (EventsPage, error) {
+	if err := checkTypes(p.Types); err != nil {
+		return EventsPage{}, err
+	}
+	if err := checkAgent(p.Agent); err != nil {
+		return EventsPage{}, err
+	}
+	if p.Limit <= 0 || p.Limit > MaxEventsPage {
+		p.Limit = MaxEventsPage
+	}
+	// An operator who asks right after something happened must see
+	// it. (Subscriptions need not: they are woken by the commit.)
+	if err := b.FlushEvents(ctx); err != nil {
+		return EventsPage{}, err
+	}
+	evs, err := b.Events(ctx, p)
+	if err != nil {
+		return EventsPage{}, err
+	}
+	page := EventsPage{Events: evs, Next: p.Since}
+	if page.Events == nil {
+		page.Events = []Event{}
+	}
+	if n := len(evs); n > 0 {
+		page.Next = evs[n-1].Seq
+	}
+	// Read after the events: only a prefix of the log is pruned, so
+	// if events after since are gone now, this says so even when the
+	// pruning came while they were being read.
+	pruned, err := prunedAfter(ctx, b, p.Since)
+	if pruned > 0 {
+		page.PrunedBefore, page.Notice = pruned, prunedNotice(pruned)
+		page.Next = max(page.Next, pruned-1)
+	}
+	return page, err
+}
+
 // prunedAfter returns the seq before which events were pruned if that
 // left a gap after cursor, else 0.
-func prunedAfter(ctx context.Context, b Backend, cursor int64) (int64, error) {
+func prunedAfter(ctx context.Context, b ReadBackend, cursor int64) (int64, error) {
 	pruned, err := b.EventsPrunedBefore(ctx)
 	if err != nil || pruned <= cursor+1 {
 		return 0, err
@@ -866,13 +877,23 @@ type wireApprovalsPage struct {
 
 // approvalsPage answers approvals.list: up to p.Limit items after
 // p.Cursor, fewer if their JSON would pass maxApprovalsPageBytes, with
-// the cursor of the next page when more follow. The backend is asked for
-// one item more than the page, which says whether more follow without
-// counting them.
-func approvalsPage(ctx context.Context, b Backend, p ApprovalsParams) (any, func(), error) {
+// the cursor of the next page when more follow.
+func approvalsPage(ctx context.Context, b ReadBackend, p ApprovalsParams) (any, func(), error) {
+	_, lines, next, err := approvalItems(ctx, b, p)
+	if err != nil {
+		return nil, nil, err
+	}
+	return wireApprovalsPage{Items: lines, Next: next}, nil, nil
+}
+
+// approvalItems reads the page approvals.list answers: its items, their
+// JSON, and the cursor of the next page (0 if none follows). The backend
+// is asked for one item more than the page, which says whether more
+// follow without counting them; items has it, lines (the page) does not.
+func approvalItems(ctx context.Context, b ReadBackend, p ApprovalsParams) (items []Approval, lines []json.RawMessage, next int64, err error) {
 	switch {
 	case p.Limit < 0 || p.Cursor < 0:
-		return nil, nil, Errorf(CodeInvalidParams, `"limit" and "cursor" must not be negative`)
+		return nil, nil, 0, Errorf(CodeInvalidParams, `"limit" and "cursor" must not be negative`)
 	case p.Limit == 0:
 		p.Limit = DefaultApprovalsPage
 	case p.Limit > MaxApprovalsPage:
@@ -880,34 +901,34 @@ func approvalsPage(ctx context.Context, b Backend, p ApprovalsParams) (any, func
 	}
 	limit := p.Limit
 	p.Limit++
-	items, err := b.Approvals(ctx, p)
+	items, err = b.Approvals(ctx, p)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
-	page := wireApprovalsPage{Items: []json.RawMessage{}}
+	lines = []json.RawMessage{}
 	size := 0
 	for i, a := range items {
 		if i == limit {
-			page.Next = items[i-1].Seq
+			next = items[i-1].Seq
 			break
 		}
 		line, err := json.Marshal(a)
 		if err != nil {
-			return nil, nil, fmt.Errorf("approvals.list: encode item %s: %w", a.ID, err)
+			return nil, nil, 0, fmt.Errorf("approvals.list: encode item %s: %w", a.ID, err)
 		}
 		if i > 0 && size+len(line) > maxApprovalsPageBytes {
-			page.Next = items[i-1].Seq
+			next = items[i-1].Seq
 			break
 		}
 		if len(line) > maxResponseLine-4096 {
 			// Cannot happen (see ApprovalsPage); were it to, the client
 			// would drop the connection on this line, so say why instead.
-			return nil, nil, Errorf(CodeInternal, "approval item %s takes %d bytes of JSON, more than a control line may", a.ID, len(line))
+			return nil, nil, 0, Errorf(CodeInternal, "approval item %s takes %d bytes of JSON, more than a control line may", a.ID, len(line))
 		}
 		size += len(line) + 1 // and a comma
-		page.Items = append(page.Items, line)
+		lines = append(lines, line)
 	}
-	return page, nil, nil
+	return items, lines, next, nil
 }
 
 // maxAgentName bounds an agent name in a request: longer ones name no
