@@ -443,6 +443,10 @@ func (s *Set) warn() {
 		}
 	}
 	for _, l := range s.Links {
+		if l.Controller.HasTool(ToolQuery) && !l.Reader.HasTool(ToolRespond) {
+			w(l.Reader.warnf("tools", "%s may query %s (%s) but %s lacks the %s tool: its answers would be refused, so each query would be charged and then time out",
+				l.Controller.Name, l.Reader.Name, ToolQuery, l.Reader.Name, ToolRespond))
+		}
 		for _, sub := range l.ControllerSide.Subscriptions {
 			for _, side := range []struct {
 				def *Definition

@@ -165,9 +165,10 @@ func (sv *Supervisor) announce(a *agent) bool {
 
 // restartNeeded reports whether a session started from old would differ
 // from one started from new: its process (argv, env, workdir), its start
-// message (tools, model, system prompt, max turns) or its lifecycle (idle
-// and turn timeouts, autostart). Channels, subscriptions, budgets and
-// cron apply to a running session at once and need no restart.
+// message (tools, model, system prompt, max turns), how the gateway reads
+// and writes it (runtime dialect, flood limit) or its lifecycle (idle and
+// turn timeouts, autostart). Channels, subscriptions, budgets and cron
+// apply to a running session at once and need no restart.
 func restartNeeded(old, new *agents.Definition) bool {
 	return !slices.Equal(old.Runtime, new.Runtime) ||
 		old.Workdir != new.Workdir ||
@@ -178,6 +179,8 @@ func restartNeeded(old, new *agents.Definition) bool {
 		old.SystemPrompt != new.SystemPrompt ||
 		old.IdleTimeout != new.IdleTimeout ||
 		old.TurnTimeout != new.TurnTimeout ||
+		old.FloodLimit != new.FloodLimit ||
+		old.Dialect != new.Dialect ||
 		old.Autostart != new.Autostart ||
 		!sandboxEqual(old.Sandbox, new.Sandbox)
 }
