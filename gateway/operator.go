@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/bcp"
@@ -136,29 +135,9 @@ func (o *Operator) Prompt(ctx context.Context, by control.Peer, p control.Prompt
 	return nil
 }
 
-// Approvals implements control.Backend: a page of the pending items when
-// the status is empty, of every item when it is "all". The store reads
-// just that page, through an index.
+// Approvals implements control.Backend (storeView.approvals).
 func (o *Operator) Approvals(ctx context.Context, p control.ApprovalsParams) ([]control.Approval, error) {
-	var st store.ApprovalStatus
-	switch status := p.Status; status {
-	case "", string(store.ApprovalPending):
-		st = store.ApprovalPending
-	case "all":
-	case string(store.ApprovalApproved), string(store.ApprovalRejected), string(store.ApprovalExpired), string(store.ApprovalDropped):
-		st = store.ApprovalStatus(status)
-	default:
-		return nil, control.Errorf(control.CodeInvalidParams, "status %q: use pending, approved, rejected, expired, dropped or all", status)
-	}
-	items, err := o.g.cfg.Store.ApprovalsAfter(ctx, st, p.Cursor, p.Limit)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]control.Approval, len(items))
-	for i := range items {
-		out[i] = approvalView(&items[i])
-	}
-	return out, nil
+	return o.view().approvals(ctx, p)
 }
 
 // Approval implements control.Backend.
@@ -230,19 +209,9 @@ func approvalView(a *store.Approval) control.Approval {
 	return v
 }
 
-// Events implements control.Backend. Every filter is applied by the
-// store's query, through an index (store.QueryEvents).
+// Events implements control.Backend (storeView.events).
 func (o *Operator) Events(ctx context.Context, p control.EventsParams) ([]control.Event, error) {
-	evs, err := o.g.cfg.Store.QueryEvents(ctx, store.EventQuery{Since: p.Since, Limit: p.Limit, Kinds: p.Types, Agent: p.Agent})
-	if err != nil {
-		return nil, err
-	}
-	out := make([]control.Event, len(evs))
-	for i, e := range evs {
-		out[i] = control.Event{Seq: e.Seq, Time: e.Time, Kind: e.Kind, Agent: e.Agent, Peer: e.Peer, Code: e.Code,
-			Detail: e.Detail, Category: e.Category, Bits: e.Bits, Ref: e.Ref, Payload: strings.ToValidUTF8(string(e.Payload), "\uFFFD")}
-	}
-	return out, nil
+	return o.view().events(ctx, p)
 }
 
 // LastEventSeq implements control.Backend.
@@ -281,12 +250,9 @@ func (o *Operator) Refused(p control.Peer, why string) {
 		Detail: fmt.Sprintf("uid %d, pid %d: %s", p.UID, p.PID, why)})
 }
 
-// Report implements control.Backend. It reads the exposure figures the
-// store keeps with the events they come from (store.Exposure), which
-// outlive the events themselves: each delivery sent to a Controller
-// counts for the session that Controller had at that moment. A delivery
-// re-sent after a crash counts for each session it was sent to: the
-// crashed one may have read it.
+// Report implements control.Backend (storeView.report): the sessions of
+// the Controllers of the definitions in force, and of any agent that was
+// sent something.
 func (o *Operator) Report(ctx context.Context, p control.ReportParams) (control.Report, error) {
 	set := o.g.set.Load()
 	if p.Agent != "" && set.Agent(p.Agent) == nil {
@@ -296,26 +262,5 @@ func (o *Operator) Report(ctx context.Context, p control.ReportParams) (control.
 	for _, l := range set.Links {
 		controllers[l.Controller.Name] = true
 	}
-	all, err := o.g.cfg.Store.Exposure(ctx, p.Agent)
-	if err != nil {
-		return control.Report{}, err
-	}
-	r := control.Report{Sessions: []control.SessionExposure{}}
-	for _, se := range all {
-		s := control.SessionExposure{Agent: se.Agent, Session: se.Session, StartedAt: se.StartedAt, EndedAt: se.EndedAt,
-			ByCat: map[int]float64{}, Channels: []control.ChannelExposure{}}
-		for _, c := range se.Channels { // by Reader, then category
-			addExposure(&s, c)
-		}
-		if controllers[s.Agent] || s.Bits > 0 {
-			r.Sessions = append(r.Sessions, s)
-		}
-	}
-	return r, nil
-}
-
-func addExposure(s *control.SessionExposure, c store.ChannelExposure) {
-	s.Bits += c.Bits
-	s.ByCat[c.Category] += c.Bits
-	s.Channels = append(s.Channels, control.ChannelExposure{Reader: c.Reader, Category: c.Category, Deliveries: c.Deliveries, Bits: c.Bits})
+	return o.view().report(ctx, p.Agent, func(agent string) bool { return controllers[agent] })
 }

@@ -46,13 +46,16 @@ func newApprovalsListCmd() *cobra.Command {
 		Long: `Lists the approval items of a status, oldest first: every one, or the
 first --limit. The gateway answers a page at a time, so a queue of any
 length can be listed; with --json the items are printed as one JSON
-array as the pages arrive.`,
+array as the pages arrive.
+
+When no gateway runs on --state, the items are read from its state file,
+read-only, as it left them; stderr says so.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if limit < 0 {
 				return &exitError{code: exitUsage, msg: "--limit must be 0 (every item) or more"}
 			}
-			return withClient(cmd, state, func(ctx context.Context, cl *control.Client) error {
+			return withReader(cmd, state, func(ctx context.Context, cl reader) error {
 				out := cmd.OutOrStdout()
 				if asJSON {
 					arr := &jsonArray{w: out}
@@ -98,7 +101,7 @@ array as the pages arrive.`,
 // eachApproval calls fn with the items of a status, oldest first, at most
 // limit of them (every one when limit is 0), reading them from the
 // gateway a page at a time: no answer is large and only one page is held.
-func eachApproval(ctx context.Context, cl *control.Client, status string, limit int, fn func(control.Approval) error) error {
+func eachApproval(ctx context.Context, cl reader, status string, limit int, fn func(control.Approval) error) error {
 	p := control.ApprovalsParams{Status: status}
 	for left := limit; ; {
 		p.Limit = control.MaxApprovalsPage

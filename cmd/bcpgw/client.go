@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/bcpgw/bcpgw/gateway"
 	"github.com/bcpgw/bcpgw/gateway/control"
 )
 
@@ -63,6 +65,51 @@ func withClient(cmd *cobra.Command, state string, fn func(ctx context.Context, c
 	}
 	defer cl.Close()
 	return apiError(fn(ctx, cl))
+}
+
+// reader is what the commands that only read (events, report, approvals
+// list, deliveries list) ask: the running gateway (*control.Client) or,
+// when none runs, its state file (*control.Local over a
+// gateway.StateReader), answering alike.
+type reader interface {
+	Events(ctx context.Context, p control.EventsParams) (control.EventsPage, error)
+	ApprovalsPage(ctx context.Context, p control.ApprovalsParams) (control.ApprovalsPage, error)
+	Deliveries(ctx context.Context, p control.DeliveriesParams) (control.DeliveriesPage, error)
+	Report(ctx context.Context, p control.ReportParams) (control.Report, error)
+}
+
+// withReader runs fn with the running gateway, as withClient does, or,
+// when no gateway answers on state, with its state file opened read-only
+// (for a post-mortem), saying so on stderr. Without a state file either,
+// it fails as withClient does.
+func withReader(cmd *cobra.Command, state string, fn func(ctx context.Context, r reader) error) error {
+	ctx, cancel := context.WithTimeout(cmd.Context(), callTimeout)
+	defer cancel()
+	return readFrom(ctx, cmd, state, fn)
+}
+
+// readFrom is withReader with the caller's context, without a timeout.
+func readFrom(ctx context.Context, cmd *cobra.Command, state string, fn func(ctx context.Context, r reader) error) error {
+	cl, err := dial(ctx, state)
+	if err == nil {
+		defer cl.Close()
+		return apiError(fn(ctx, cl))
+	}
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != exitNotRunning {
+		return err
+	}
+	sr, oerr := gateway.OpenStateReader(state)
+	if errors.Is(oerr, fs.ErrNotExist) {
+		return err
+	}
+	if oerr != nil {
+		return &exitError{code: exitFailed, msg: ee.msg + "; reading its state file instead failed: " + oerr.Error()}
+	}
+	defer sr.Close()
+	fmt.Fprintf(cmd.ErrOrStderr(), "%s: no gateway runs on %s: this is read from its state file %s, as the gateway left it, not from a running gateway\n",
+		programName, state, sr.Path())
+	return apiError(fn(ctx, control.NewLocal(sr)))
 }
 
 // apiError turns an error from the gateway into an exitError with its

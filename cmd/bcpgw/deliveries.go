@@ -45,10 +45,13 @@ func newDeliveriesListCmd() *cobra.Command {
 		Long: `Lists deliveries of the given --status (parked by default; pending,
 delivered, dropped or all), oldest first, page by page from the gateway.
 --controller keeps one Controller's; --limit stops after that many (0: all).
---json prints one JSON object per line, the response included.`,
+--json prints one JSON object per line, the response included.
+
+When no gateway runs on --state, the deliveries are read from its state
+file, read-only, as it left them; stderr says so.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withClient(cmd, state, func(ctx context.Context, cl *control.Client) error {
+			return withReader(cmd, state, func(ctx context.Context, cl reader) error {
 				return listDeliveries(ctx, cl, cmd.OutOrStdout(), control.DeliveriesParams{State: stateName, Controller: controller}, limit, asJSON)
 			})
 		},
@@ -64,7 +67,7 @@ delivered, dropped or all), oldest first, page by page from the gateway.
 
 // listDeliveries prints deliveries page by page: memory and each response
 // stay bounded however many there are.
-func listDeliveries(ctx context.Context, cl *control.Client, out io.Writer, p control.DeliveriesParams, limit int, asJSON bool) error {
+func listDeliveries(ctx context.Context, cl reader, out io.Writer, p control.DeliveriesParams, limit int, asJSON bool) error {
 	now := time.Now()
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	printed := 0

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os/signal"
@@ -40,16 +41,15 @@ Events older than the gateway's retention (bcpgw run --retain) are
 pruned; a --since before the oldest kept prints from there and says on
 stderr "events before N were pruned".
 
---json prints one JSON object per line.`,
+--json prints one JSON object per line.
+
+When no gateway runs on --state, the events are read from its state
+file, read-only, as it left them (a post-mortem); stderr says so.
+--follow needs a running gateway.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			cl, err := dial(ctx, state)
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
 			types = splitTypes(types)
 			out := cmd.OutOrStdout()
 			print := func(e control.Event) error {
@@ -68,26 +68,38 @@ stderr "events before N were pruned".
 				}
 			}
 			if follow {
+				cl, err := dial(ctx, state)
+				var ee *exitError
+				if errors.As(err, &ee) && ee.code == exitNotRunning {
+					ee.msg += "; --follow needs a running gateway (without --follow, bcpgw events reads what its state file holds)"
+				}
+				if err != nil {
+					return err
+				}
+				defer cl.Close()
 				return apiError(followEvents(ctx, cl, control.SubscribeParams{Types: types, Agent: agent}, since, cmd.Flags().Changed("since"), print, notice))
 			}
-			for first := true; ; first = false {
-				page, err := cl.Events(ctx, control.EventsParams{Since: since, Types: types, Agent: agent})
-				if err != nil {
-					return apiError(err)
-				}
-				if first {
-					notice(page.Notice)
-				}
-				for _, e := range page.Events {
-					if err := print(e); err != nil {
+			// Without a gateway, from its state file (readFrom).
+			return readFrom(ctx, cmd, state, func(ctx context.Context, cl reader) error {
+				for first := true; ; first = false {
+					page, err := cl.Events(ctx, control.EventsParams{Since: since, Types: types, Agent: agent})
+					if err != nil {
 						return err
 					}
+					if first {
+						notice(page.Notice)
+					}
+					for _, e := range page.Events {
+						if err := print(e); err != nil {
+							return err
+						}
+					}
+					if len(page.Events) < control.MaxEventsPage {
+						return nil
+					}
+					since = page.Next
 				}
-				if len(page.Events) < control.MaxEventsPage {
-					return nil
-				}
-				since = page.Next
-			}
+			})
 		},
 	}
 	stateFlag(cmd, &state)
@@ -178,10 +190,14 @@ func newReportCmd() *cobra.Command {
 		Long: `For each Controller session, the bits of Reader-originated information
 delivered to it, by channel and category: the BCP audit figure "this
 session was exposed to 47 bits, 6.9 of them Cat-1". A delivery re-sent
-after a crash counts for every session it was sent to.`,
+after a crash counts for every session it was sent to.
+
+When no gateway runs on --state, the report is read from its state file,
+read-only; without the definitions it lists the sessions of the agents
+that were sent something. stderr says so.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withClient(cmd, state, func(ctx context.Context, cl *control.Client) error {
+			return withReader(cmd, state, func(ctx context.Context, cl reader) error {
 				r, err := cl.Report(ctx, control.ReportParams{Agent: agent})
 				if err != nil {
 					return err

@@ -112,41 +112,7 @@ func (cc *conn) deliveriesCall(req *request) (any, error) {
 		if err := decode(req.Params, &p); err != nil {
 			return nil, err
 		}
-		switch p.State {
-		case "", "all":
-			p.State = ""
-		case "pending", "parked", "delivered", "dropped":
-		default:
-			return nil, Errorf(CodeInvalidParams, `"state" must be pending, parked, delivered, dropped or all, not %q`, p.State)
-		}
-		if p.Limit <= 0 || p.Limit > MaxDeliveriesPage {
-			p.Limit = MaxDeliveriesPage
-		}
-		want := p.Limit
-		p.Limit++ // one more: is there a next page?
-		ds, err := b.Deliveries(ctx, p)
-		if err != nil {
-			return nil, err
-		}
-		// A page ends at the limit, or before the delivery that would
-		// take it past maxDeliveriesPageBytes of JSON: responses can be
-		// large (a Cat-3 summary), and the answer is one line.
-		page := DeliveriesPage{Deliveries: []Delivery{}}
-		size := 0
-		for i, d := range ds {
-			if i == want {
-				page.Next = ds[i-1].Seq
-				break
-			}
-			n := len(d.Response) + len(d.Detail) + 1024 // the rest of a delivery's JSON is far less
-			if i > 0 && size+n > maxDeliveriesPageBytes {
-				page.Next = ds[i-1].Seq
-				break
-			}
-			size += n
-			page.Deliveries = append(page.Deliveries, d)
-		}
-		return page, nil
+		return deliveriesPage(ctx, b, p)
 	}
 	var p DeliveryParams
 	if err := decode(req.Params, &p); err != nil {
@@ -159,4 +125,43 @@ func (cc *conn) deliveriesCall(req *request) (any, error) {
 		return b.RetryDelivery(ctx, peer, p)
 	}
 	return b.DiscardDelivery(ctx, peer, p)
+}
+
+// deliveriesPage answers deliveries.list.
+func deliveriesPage(ctx context.Context, b ReadBackend, p DeliveriesParams) (DeliveriesPage, error) {
+	switch p.State {
+	case "", "all":
+		p.State = ""
+	case "pending", "parked", "delivered", "dropped":
+	default:
+		return DeliveriesPage{}, Errorf(CodeInvalidParams, `"state" must be pending, parked, delivered, dropped or all, not %q`, p.State)
+	}
+	if p.Limit <= 0 || p.Limit > MaxDeliveriesPage {
+		p.Limit = MaxDeliveriesPage
+	}
+	want := p.Limit
+	p.Limit++ // one more: is there a next page?
+	ds, err := b.Deliveries(ctx, p)
+	if err != nil {
+		return DeliveriesPage{}, err
+	}
+	// A page ends at the limit, or before the delivery that would take
+	// it past maxDeliveriesPageBytes of JSON: responses can be large (a
+	// Cat-3 summary), and the answer is one line.
+	page := DeliveriesPage{Deliveries: []Delivery{}}
+	size := 0
+	for i, d := range ds {
+		if i == want {
+			page.Next = ds[i-1].Seq
+			break
+		}
+		n := len(d.Response) + len(d.Detail) + 1024 // the rest of a delivery's JSON is far less
+		if i > 0 && size+n > maxDeliveriesPageBytes {
+			page.Next = ds[i-1].Seq
+			break
+		}
+		size += n
+		page.Deliveries = append(page.Deliveries, d)
+	}
+	return page, nil
 }

@@ -28,8 +28,10 @@ var ErrReadOnly = errors.New("state file opened read-only")
 // database in WAL mode is opened, even read-only, unless they exist. So:
 //
 //   - when they exist (a gateway has the file open, or one crashed), the
-//     file is opened read-only through them, and what the log holds is
-//     read too: after a crash, its last commits are only there;
+//     file is opened read-only through them, the index too (readonly_shm:
+//     after a crash, SQLite rebuilds it in memory rather than in the
+//     file), and what the log holds is read: after a crash, its last
+//     commits are only there;
 //   - when there is no log (a gateway that stopped cleanly leaves none:
 //     it copies the log into the file and removes it), the file is read
 //     as immutable, without a log and without locks. The store's reads
@@ -48,6 +50,7 @@ func OpenReadOnly(path string) (*Store, error) {
 	_, shmErr := os.Stat(path + "-shm")
 	switch {
 	case walErr == nil && shmErr == nil:
+		params += "&readonly_shm=1"
 	case errors.Is(walErr, fs.ErrNotExist) || (walErr == nil && wal.Size() == 0 && errors.Is(shmErr, fs.ErrNotExist)):
 		params += "&immutable=1"
 	case walErr != nil:

@@ -2,8 +2,10 @@ package store
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -12,8 +14,8 @@ import (
 	"testing"
 )
 
-// dirFiles lists the names in dir with their sizes, to see that a
-// read-only open creates nothing.
+// dirFiles lists the files in dir with their sizes, modification times
+// and hashes, to see that a read-only open changes nothing.
 func dirFiles(t *testing.T, dir string) []string {
 	t.Helper()
 	es, err := os.ReadDir(dir)
@@ -22,18 +24,36 @@ func dirFiles(t *testing.T, dir string) []string {
 	}
 	var out []string
 	for _, e := range es {
-		out = append(out, e.Name())
+		fi, err := e.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, fmt.Sprintf("%s %d %d %x", e.Name(), fi.Size(), fi.ModTime().UnixNano(), sha256.Sum256(b)))
 	}
 	return out
 }
 
 // readBack opens path read-only, checks that it holds the n events and
 // the approval item written by fillStore, that writes are refused, and
-// that nothing was created in its directory.
-func readBack(t *testing.T, path string, n int, item string) {
+// that nothing was created or changed in its directory (when live, a
+// store has the file open: only that nothing was created).
+func readBack(t *testing.T, path string, n int, item string, live bool) {
 	t.Helper()
 	dir := filepath.Dir(path)
-	before := dirFiles(t, dir)
+	files := func() []string {
+		fs := dirFiles(t, dir)
+		for i := range fs {
+			if live {
+				fs[i], _, _ = strings.Cut(fs[i], " ")
+			}
+		}
+		return fs
+	}
+	before := files()
 	ro, err := OpenReadOnly(path)
 	if err != nil {
 		t.Fatalf("OpenReadOnly: %v", err)
@@ -56,7 +76,7 @@ func readBack(t *testing.T, path string, n int, item string) {
 	if err := ro.Close(); err != nil {
 		t.Errorf("Close: %v", err)
 	}
-	if after := dirFiles(t, dir); !slices.Equal(before, after) {
+	if after := files(); !slices.Equal(before, after) {
 		t.Errorf("the read-only open changed the directory: %v, then %v", before, after)
 	}
 }
@@ -93,7 +113,7 @@ func TestOpenReadOnlyAfterCleanClose(t *testing.T) {
 	if _, err := os.Stat(path + "-wal"); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("a clean close left the write-ahead log (%v): this test reads without one", err)
 	}
-	readBack(t, path, 5, id)
+	readBack(t, path, 5, id, false)
 	// The writer's lock is free: a gateway can open the file afterwards.
 	s, err = Open(path)
 	if err != nil {
@@ -110,7 +130,7 @@ func TestOpenReadOnlyLiveAndAfterCrash(t *testing.T) {
 	path := filepath.Join(dir, "bcpgw.db")
 	s := openT(t, path)
 	id := fillStore(t, s, 7)
-	readBack(t, path, 7, id)
+	readBack(t, path, 7, id, true)
 
 	// A crash: the files as the writer left them, copied while it is
 	// still open (nothing writes meanwhile).
@@ -127,7 +147,7 @@ func TestOpenReadOnlyLiveAndAfterCrash(t *testing.T) {
 	if fi, err := os.Stat(crashed + "-wal"); err != nil || fi.Size() == 0 {
 		t.Fatalf("the write-ahead log is empty (%v): the writer truncates it only past its limit", err)
 	}
-	readBack(t, crashed, 7, id)
+	readBack(t, crashed, 7, id, false)
 
 	// A log without its index would need one created: refused.
 	if err := os.Remove(crashed + "-shm"); err != nil {
