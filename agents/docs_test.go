@@ -16,7 +16,7 @@ import (
 
 // docPages are the pages whose YAML examples TestDocsDefinitions loads,
 // relative to the repository's root.
-var docPages = []string{"docs/definitions.md", "docs/concepts.md"}
+var docPages = []string{"docs/definitions.md", "docs/concepts.md", "README.md"}
 
 // yamlBlock is one ```yaml block of a page.
 type yamlBlock struct {
@@ -133,6 +133,10 @@ func TestDocsDefinitions(t *testing.T) {
 	}
 	if set := loaded["first-pair"]; set != nil && len(set.Links) != 1 {
 		t.Errorf("docs/definitions.md: first-pair has %d channels, want 1", len(set.Links))
+	}
+	// The README's "Your first agent pair".
+	if set := loaded["readme-pair"]; set == nil || len(set.Links) != 1 {
+		t.Errorf("README.md: the set readme-pair does not load as one channel (%d blocks)", len(sets["readme-pair"]))
 	}
 }
 
