@@ -53,35 +53,7 @@ func readTestrtLog(t *testing.T, path string) []testrtRecord {
 // both are testrt.
 func crashSet(t *testing.T, dir string) string {
 	t.Helper()
-	return writeSet(t, map[string]string{
-		"main.md": fmt.Sprintf(`---
-name: main
-runtime: [%q]
-workdir: %q
-env: {TESTRT_LOG: %q, TESTRT_DELAY: 5ms}
-bcp_channels:
-  - peer: researcher
-    role: controller
-    max_category: 2
-    budget_bits: 10000000
-    subscriptions:
-      - id: items
-        category: 2
-        questions: [{id: item, question: "Which item?", max_words: 3}]
----
-`, testrt, agentDir(t, dir, "main"), filepath.Join(dir, "main", "main.log")),
-		"researcher.md": fmt.Sprintf(`---
-name: researcher
-runtime: [%q]
-workdir: %q
-autostart: true
-tools: [BCPPublish]
-env: {TESTRT_LOG: %q, TESTRT_PUBLISH: "${PUB}"}
-bcp_channels:
-  - {peer: main, role: reader, max_category: 2, budget_bits: 10000000}
----
-`, testrt, agentDir(t, dir, "researcher"), filepath.Join(dir, "researcher", "researcher.log")),
-	})
+	return hangSet(t, dir, "5ms", 0)
 }
 
 func startGateway(t *testing.T, agentsDir, state, pub string, stderr *testproc.Buffer) *exec.Cmd {

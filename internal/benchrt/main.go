@@ -109,15 +109,9 @@ func controller(in *bufio.Scanner, out *bufio.Writer, n int, path string) {
 			out.Flush()
 			continue
 		}
-		i := bytes.Index(line, sentAt)
-		if i < 0 {
-			continue
-		}
 		now := time.Now().UnixNano()
-		rest := line[i+len(sentAt):]
-		end := bytes.IndexByte(rest, '"')
-		t, err := strconv.ParseInt(string(rest[:max(end, 0)]), 10, 64)
-		if err != nil {
+		t, ok := sendTime(line)
+		if !ok {
 			continue
 		}
 		out.WriteString(`{"type":"result","duration_ms":0,"num_turns":1,"cost_usd":0,"is_error":false}` + "\n")
@@ -129,6 +123,18 @@ func controller(in *bufio.Scanner, out *bufio.Writer, n int, path string) {
 			}
 		}
 	}
+}
+
+// sendTime reads the send time a pushed line carries ("t":"unix ns").
+func sendTime(line []byte) (int64, bool) {
+	i := bytes.Index(line, sentAt)
+	if i < 0 {
+		return 0, false
+	}
+	rest := line[i+len(sentAt):]
+	end := bytes.IndexByte(rest, '"')
+	t, err := strconv.ParseInt(string(rest[:max(end, 0)]), 10, 64)
+	return t, err == nil
 }
 
 func write(path string, sent, recv []int64) {
@@ -221,15 +227,9 @@ func controllerLog(in *bufio.Scanner, out *bufio.Writer, path string) {
 			out.Flush()
 			continue
 		}
-		i := bytes.Index(line, sentAt)
-		if i < 0 {
-			continue
-		}
 		now := time.Now().UnixNano()
-		rest := line[i+len(sentAt):]
-		end := bytes.IndexByte(rest, '"')
-		t, err := strconv.ParseInt(string(rest[:max(end, 0)]), 10, 64)
-		if err != nil {
+		t, ok := sendTime(line)
+		if !ok {
 			continue
 		}
 		fmt.Fprintf(log, "%d %d\n", t, now)
