@@ -307,7 +307,13 @@ func checkTrace(t *testing.T, path string) map[string]bool {
 	}
 	documented := documentedKeys(t)
 	seen := map[string]bool{}
-	for i, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+	// A last line still being written is left out.
+	lines := strings.Split(string(b), "\n")
+	lines = lines[:len(lines)-1]
+	if len(lines) == 0 {
+		t.Errorf("%s is empty", path)
+	}
+	for i, l := range lines {
 		var tl traceLine
 		if err := json.Unmarshal([]byte(l), &tl); err != nil {
 			t.Fatalf("%s:%d: %v", path, i+1, err)

@@ -262,7 +262,7 @@ class Applied:
             f.write(json.dumps(record).encode() + b"\n")
             f.flush()
             os.fsync(f.fileno())
-        self.ids.add(d["delivery_id"])
+        self.ids.add(d.get("delivery_id", ""))
         return len(self.ids)
 
 
