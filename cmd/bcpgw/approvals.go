@@ -22,12 +22,17 @@ func newApprovalsCmd() *cobra.Command {
 		Long: `Opens the approval queue of the running gateway in the terminal: the
 pending items, updated live, with the full text of each, its anomalies
 highlighted and invisible characters shown as U+XXXX. Approve or reject
-each after reading it. Keys are listed at the bottom of the screen.
+each after reading it: an item can be approved only once every line of
+it has been on screen ("more below" says what is not yet). Keys are
+listed at the bottom of the screen, and all of them with ?.
 
 Use "bcpgw approvals list" for a plain list, and "bcpgw approve" and
 "bcpgw reject" to decide from scripts.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := interactiveTerminal(cmd, "the approval queue needs a terminal (standard input and output): use bcpgw approvals list to read it, and bcpgw approve or reject ID to decide"); err != nil {
+				return err
+			}
 			return runApprovalsUI(cmd, state)
 		},
 	}

@@ -420,17 +420,25 @@ func (s *spy) model() Model {
 	return s.m
 }
 
-// queue runs the queue against the fake gateway in an 80x24 terminal.
+// queue runs the queue against the fake gateway in an 80x24 terminal
+// (startQueueSize: another size).
 type queue struct {
-	t  *testing.T
-	tm *teatest.TestModel
-	s  *spy
-	gw *fakeGateway
+	t    *testing.T
+	tm   *teatest.TestModel
+	s    *spy
+	gw   *fakeGateway
+	w, h int // the terminal's size
 }
 
 const waitLimit = 5 * time.Second
 
 func startQueue(t *testing.T, gw *fakeGateway, cfg Config) *queue {
+	t.Helper()
+	return startQueueSize(t, gw, cfg, 80, 24)
+}
+
+// startQueueSize is startQueue in a terminal of w columns and h lines.
+func startQueueSize(t *testing.T, gw *fakeGateway, cfg Config, w, h int) *queue {
 	t.Helper()
 	if cfg.Dial == nil {
 		cfg.Dial = gw.Dial
@@ -442,12 +450,16 @@ func startQueue(t *testing.T, gw *fakeGateway, cfg Config) *queue {
 		cfg.State = "/var/lib/bcpgw-test"
 	}
 	s := &spy{m: New(cfg)}
-	tm := teatest.NewTestModel(t, s, teatest.WithInitialTermSize(80, 24))
+	// The size from the start, as a terminal has it: the first frame,
+	// rendered before the program hears the size, fits too.
+	s.m.width, s.m.height = w, h
+	s.m.layout()
+	tm := teatest.NewTestModel(t, s, teatest.WithInitialTermSize(w, h))
 	t.Cleanup(func() {
 		_ = tm.Quit()
 		tm.WaitFinished(t, teatest.WithFinalTimeout(waitLimit))
 	})
-	return &queue{t: t, tm: tm, s: s, gw: gw}
+	return &queue{t: t, tm: tm, s: s, gw: gw, w: w, h: h}
 }
 
 // waitScreen waits until the frame satisfies ok, checking on the way
@@ -458,7 +470,7 @@ func (q *queue) waitScreen(what string, ok func(screen string) bool) string {
 	for {
 		sc := q.s.screen()
 		if sc != "" {
-			checkFrame(q.t, sc, 80, 24)
+			checkFrame(q.t, sc, q.w, q.h)
 		}
 		if ok(sc) {
 			return sc
@@ -496,7 +508,7 @@ func (q *queue) waitGone(texts ...string) string {
 	})
 }
 
-// key sends one key: a name ("enter", "esc", "ctrl+c", "pgdown") or
+// key sends one key: a name ("enter", "esc", "ctrl+c", "pgdown", "pgup") or
 // runes.
 func (q *queue) key(k string) {
 	switch k {
@@ -512,6 +524,8 @@ func (q *queue) key(k string) {
 		q.tm.Send(tea.KeyMsg{Type: tea.KeyUp})
 	case "pgdown":
 		q.tm.Send(tea.KeyMsg{Type: tea.KeyPgDown})
+	case "pgup":
+		q.tm.Send(tea.KeyMsg{Type: tea.KeyPgUp})
 	default:
 		q.tm.Type(k)
 	}

@@ -7,6 +7,11 @@ type keyMap struct {
 	Up, Down, Open, Back, Next, Prev key.Binding
 	Approve, Reject, Yes, Submit     key.Binding
 	Cancel, Quit, ForceQuit          key.Binding
+	Help                             key.Binding
+	// Scroll and CloseHelp only name keys in the help line: the
+	// viewport's own keymap scrolls, and Help, Cancel or Quit close the
+	// help.
+	Scroll, CloseHelp key.Binding
 }
 
 func defaultKeys() keyMap {
@@ -24,5 +29,8 @@ func defaultKeys() keyMap {
 		Cancel:    key.NewBinding(key.WithKeys("esc"), key.WithHelp("esc", "cancel")),
 		Quit:      key.NewBinding(key.WithKeys("q"), key.WithHelp("q", "quit")),
 		ForceQuit: key.NewBinding(key.WithKeys("ctrl+c")),
+		Help:      key.NewBinding(key.WithKeys("?"), key.WithHelp("?", "help")),
+		Scroll:    key.NewBinding(key.WithHelp("↑/↓", "scroll")),
+		CloseHelp: key.NewBinding(key.WithHelp("?/esc/q", "close")),
 	}
 }

@@ -71,6 +71,7 @@ const (
 	viewDetail              // one item's full text
 	viewConfirm             // "approve this item? y/n"
 	viewReason              // typing a rejection reason
+	viewHelp                // the keys, over the list or the detail view (helpFrom)
 )
 
 // Model is the queue's bubbletea model.
@@ -106,6 +107,12 @@ type Model struct {
 	failed bool   // flash is an error
 	busy   bool   // a decision is in flight
 
+	// seen is how far each item opened was on screen: approving is
+	// refused until all of it was (unread).
+	seen     map[string]seenState
+	helpVP   viewport.Model // the help's text (viewHelp)
+	helpFrom view           // the view the help was opened from
+
 	width, height int
 }
 
@@ -124,9 +131,17 @@ func New(cfg Config) Model {
 	ti.Prompt = "Reason: "
 	ti.Placeholder = "told to the Reader"
 	ti.CharLimit = 500
-	m := Model{cfg: cfg, keys: defaultKeys(), st: defaultStyles(), reason: ti, width: 80, height: 24}
+	m := Model{cfg: cfg, keys: defaultKeys(), st: defaultStyles(), reason: ti, width: 80, height: 24, seen: map[string]seenState{}}
 	m.vp = viewport.New(80, 16)
+	m.helpVP = viewport.New(80, 16)
 	return m
+}
+
+// seenState is how much of an item has been on screen: the lines up to
+// lines of its text as wrapped at width columns, or all of it.
+type seenState struct {
+	width, lines int
+	all          bool
 }
 
 // Messages from commands.
@@ -444,11 +459,27 @@ func (m *Model) decidedElsewhere(id string) {
 // saying so, unless a decision of this reviewer's is in flight (its
 // outcome says what happened).
 func (m *Model) leaveIfGone() {
-	if m.view != viewList && !m.busy && m.indexOf(m.open.ID) < 0 {
-		m.view = viewList
+	if m.reading() && !m.busy && m.indexOf(m.open.ID) < 0 {
+		if m.view == viewHelp {
+			m.helpFrom = viewList // the help stays open, over the list
+		} else {
+			m.view = viewList
+		}
 		m.reason.Blur()
 		m.say(fmt.Sprintf("%s is no longer pending: it was decided elsewhere or expired.", m.open.ID), true)
 	}
+}
+
+// reading reports whether an item is open: in the detail view, deciding
+// it, or with the help over it.
+func (m Model) reading() bool {
+	switch m.view {
+	case viewList:
+		return false
+	case viewHelp:
+		return m.helpFrom != viewList
+	}
+	return true
 }
 
 // remove takes a decided item off the list at once, before the refetch
@@ -458,6 +489,7 @@ func (m *Model) remove(id string) {
 		m.items = append(m.items[:i:i], m.items[i+1:]...)
 		m.cursor = min(m.cursor, max(len(m.items)-1, 0))
 	}
+	delete(m.seen, id)
 }
 
 func (m Model) indexOf(id string) int {
@@ -560,8 +592,24 @@ func (m Model) key(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 			return m, nil
 		}
 	}
+	if m.view == viewHelp {
+		switch {
+		case key.Matches(msg, m.keys.Help), key.Matches(msg, m.keys.Cancel), key.Matches(msg, m.keys.Quit):
+			m.view = m.helpFrom
+			return m, nil
+		}
+		var cmd tea.Cmd
+		m.helpVP, cmd = m.helpVP.Update(msg)
+		return m, cmd
+	}
 	if key.Matches(msg, m.keys.Quit) {
 		return m, tea.Quit
+	}
+	if key.Matches(msg, m.keys.Help) {
+		m.helpFrom, m.view = m.view, viewHelp
+		m.layout()
+		m.helpVP.GotoTop()
+		return m, nil
 	}
 	if m.view == viewList {
 		switch {
@@ -584,6 +632,12 @@ func (m Model) key(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 		m.view = viewList
 		return m, nil
 	case key.Matches(msg, m.keys.Approve):
+		// Only what was read may be approved: every line of the item
+		// must have been on screen, however small the terminal.
+		if n := m.unread(); n > 0 {
+			m.say(fmt.Sprintf("Scroll to the end before approving: %d lines below were not on screen yet (↓/j, pgdn, space).", n), true)
+			return m, nil
+		}
 		m.view = viewConfirm
 		m.flash = ""
 		return m, nil
@@ -607,7 +661,12 @@ func (m Model) key(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 		return m, fetch
 	}
 	var cmd tea.Cmd
+	at := m.vp.YOffset
 	m.vp, cmd = m.vp.Update(msg)
+	if m.vp.YOffset != at {
+		m.flash = "" // said of what was on screen before
+	}
+	m.markSeen()
 	return m, cmd
 }
 
@@ -616,16 +675,55 @@ func (m *Model) openItem(a control.Approval) {
 	m.layout()
 	m.vp.SetContent(strings.Join(m.detailLines(a), "\n"))
 	m.vp.GotoTop()
+	m.markSeen()
 }
 
-// layout sizes the viewport: the header takes 3 lines, the item's
-// header 2 and the footer 2.
+// markSeen records how far the open item has been on screen. Its text is
+// wrapped to the terminal's width, so lines seen at another width count
+// only once all of the item was seen.
+func (m *Model) markSeen() {
+	if !m.reading() {
+		return
+	}
+	s := m.seen[m.open.ID]
+	if s.width != m.width {
+		s.width, s.lines = m.width, 0
+	}
+	total := m.vp.TotalLineCount()
+	s.lines = max(s.lines, min(m.vp.YOffset+m.vp.Height, total))
+	s.all = s.all || s.lines >= total
+	m.seen[m.open.ID] = s
+}
+
+// unread is how many lines of the open item have not been on screen yet
+// (0 once all of it was).
+func (m Model) unread() int {
+	s := m.seen[m.open.ID]
+	if s.all {
+		return 0
+	}
+	return max(m.vp.TotalLineCount()-s.lines, 0)
+}
+
+// below is how many lines of the open item are below the screen.
+func (m Model) below() int {
+	return max(m.vp.TotalLineCount()-m.vp.YOffset-m.vp.Height, 0)
+}
+
+// layout sizes the viewports: the header takes 3 lines, the item's
+// header 2 (the help's title 1) and the footer 2.
 func (m *Model) layout() {
 	m.vp.Width = m.width
 	m.vp.Height = max(m.height-7, 3)
+	m.helpVP.Width = m.width
+	m.helpVP.Height = max(m.height-6, 3)
 	m.reason.Width = max(m.width-len(m.reason.Prompt)-2, 10)
-	if m.view != viewList {
+	if m.reading() {
 		m.vp.SetContent(strings.Join(m.detailLines(m.open), "\n"))
+		m.markSeen()
+	}
+	if m.view == viewHelp {
+		m.helpVP.SetContent(strings.Join(m.helpLines(), "\n"))
 	}
 }
 

@@ -145,6 +145,9 @@ func TestReconnectReadsAsFarAsLoaded(t *testing.T) {
 	gw.setDown(nil)
 	q.waitFor("200+ pending · live")
 	sc := q.waitFor("> ap-0150")
+	// The header says live once connected, before the list is read
+	// again: wait for the reads.
+	eventually(t, "the list read again", func() bool { return len(gw.pageCalls()) >= 4 })
 	q.settle()
 	wantPages(t, gw, 0, 100, 0, 100)
 	if !strings.Contains(sc, "sub-0150") {

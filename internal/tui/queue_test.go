@@ -19,8 +19,8 @@ import (
 )
 
 const (
-	listHelp   = "↑/k up · ↓/j down · enter read · q quit"
-	detailHelp = "a approve · r reject · ↑/k up · ↓/j down · n/p next/prev · esc list · q quit"
+	listHelp   = "↑/k up · ↓/j down · enter read · ? help · q quit"
+	detailHelp = "a approve · r reject · ? help · ↑/↓ scroll · n/p next/prev · esc list · q quit"
 )
 
 func fields(s string) []string { return strings.Fields(s) }

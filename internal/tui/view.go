@@ -54,6 +54,8 @@ func (m Model) body() string {
 	switch m.view {
 	case viewList:
 		return m.list()
+	case viewHelp:
+		return m.st.title.Render(truncate("Keys", m.width)) + "\n" + m.helpVP.View()
 	default:
 		return m.detailHeader() + "\n" + m.vp.View()
 	}
@@ -72,7 +74,8 @@ func (m Model) list() string {
 		return "\n" + strings.Join(indent(wrap(msg, nil, m.width-4, m.st)), "\n")
 	}
 	if len(m.items) == 0 {
-		return "\n  Nothing waits for a decision. New items appear here as Readers publish them."
+		msg := "Nothing waits for a decision. New items appear here as Readers publish them."
+		return "\n" + strings.Join(indent(wrap(msg, nil, m.width-4, m.st)), "\n")
 	}
 	now := m.cfg.Now()
 	rows := []string{m.st.dim.Render(truncate(fmt.Sprintf(listRow, " ", "ID", "AGE", "CAT", "BITS", "ANOM", "READER → CONTROLLER", "SUBSCRIPTION/QUERY"), m.width))}
@@ -141,11 +144,20 @@ func (m Model) footer() string {
 		}
 		return m.reason.View() + "\n" + help
 	case m.flash != "" && m.failed:
-		line = m.st.warn.Render(truncate(m.flash, m.width))
+		line = m.st.warn.Render(m.flash)
 	case m.flash != "":
-		line = m.st.ok.Render(truncate(m.flash, m.width))
+		line = m.st.ok.Render(m.flash)
 	}
-	return line + "\n" + m.st.dim.Render(truncate(m.help(), m.width))
+	// What is off-screen is said first, where a narrow terminal still
+	// shows it; a refusal says it itself.
+	if n := m.below(); m.view == viewDetail && n > 0 && !(m.failed && m.flash != "") {
+		more := m.st.title.Render(fmt.Sprintf("↓ more below (%d lines)", n))
+		if line != "" {
+			more += " · "
+		}
+		line = more + line
+	}
+	return truncate(line, m.width) + "\n" + m.st.dim.Render(truncate(m.help(), m.width))
 }
 
 // help is the help line for the current view.
@@ -153,9 +165,11 @@ func (m Model) help() string {
 	var ks []key.Binding
 	switch m.view {
 	case viewList:
-		ks = []key.Binding{m.keys.Up, m.keys.Down, m.keys.Open, m.keys.Quit}
+		ks = []key.Binding{m.keys.Up, m.keys.Down, m.keys.Open, m.keys.Help, m.keys.Quit}
 	case viewDetail:
-		ks = []key.Binding{m.keys.Approve, m.keys.Reject, m.keys.Up, m.keys.Down, m.keys.Next, m.keys.Back, m.keys.Quit}
+		ks = []key.Binding{m.keys.Approve, m.keys.Reject, m.keys.Help, m.keys.Scroll, m.keys.Next, m.keys.Back, m.keys.Quit}
+	case viewHelp:
+		ks = []key.Binding{m.keys.CloseHelp, m.keys.Scroll}
 	case viewConfirm:
 		ks = []key.Binding{m.keys.Yes, m.keys.Cancel}
 	case viewReason:
@@ -167,6 +181,51 @@ func (m Model) help() string {
 		parts = append(parts, h.Key+" "+h.Desc)
 	}
 	return strings.Join(parts, " · ")
+}
+
+// helpKeys are the help's entries: a section title (keys empty), or keys
+// and what they do.
+var helpKeys = []struct{ keys, does string }{
+	{"", "In the list"},
+	{"↑ k  ↓ j", "move"},
+	{"enter → l", "read the item"},
+	{"", "Reading an item"},
+	{"↑ k  ↓ j", "scroll a line"},
+	{"pgdn space f", "a page down (pgup b: up; d u: half a page)"},
+	{"a", "approve: once every line of the item has been on screen (\"more below\" says what is not yet); y confirms, any other key cancels"},
+	{"r", "reject: type the reason the Reader is told, enter rejects, esc cancels"},
+	{"n  p", "the next, the previous item"},
+	{"esc ← h", "back to the list"},
+	{"", "Anywhere"},
+	{"?", "this help (?, esc or q closes it)"},
+	{"q", "quit (ctrl+c: at once, also while typing)"},
+}
+
+// helpLines renders the help, wrapped to the terminal.
+func (m Model) helpLines() []string {
+	const col = 14 // the keys' column
+	var out []string
+	for _, h := range helpKeys {
+		if h.keys == "" {
+			if out != nil {
+				out = append(out, "")
+			}
+			out = append(out, m.st.title.Render(truncate(h.does, m.width)))
+			continue
+		}
+		for i, l := range wrap(h.does, nil, m.width-2-col, m.st) {
+			k := ""
+			if i == 0 {
+				k = h.keys
+			}
+			out = append(out, "  "+padRight(k, col)+l)
+		}
+	}
+	out = append(out, "")
+	for _, l := range wrap("A decision names the SHA-256 of the text shown: what was approved is what is delivered.", nil, m.width-2, m.st) {
+		out = append(out, "  "+l)
+	}
+	return out
 }
 
 // Age renders a duration compactly: "4s", "12m", "3h", "2d".
