@@ -40,6 +40,7 @@ bandwidth-limited BCP channels declared in agent definitions.`,
 		newStatusCmd(), newAgentsCmd(), newPromptCmd(), newApprovalsCmd(), newApproveCmd(), newRejectCmd(),
 		newEventsCmd(), newDeliveriesCmd(), newBackupCmd(), newReportCmd(), newReloadCmd(), newDoctorCmd())
 	addVersion(root)
+	addCompletions(root)
 	return root
 }
 
