@@ -186,6 +186,13 @@ func (d *Definition) holds(r Role) bool {
 	return false
 }
 
+// Warnf is a warning about d at the line of the key path (e.g.
+// "runtime"), for a check made outside this package: bcpgw validate's
+// look at the machine it runs on.
+func (d *Definition) Warnf(path, format string, args ...any) *Warning {
+	return d.warnf(path, format, args...)
+}
+
 // HasTool reports whether the definition lists tool (case-sensitive).
 func (d *Definition) HasTool(tool string) bool { return slices.Contains(d.Tools, tool) }
 

@@ -324,7 +324,7 @@ func StartSession(ctx context.Context, cfg SessionConfig) (*Session, error) {
 		s.sandbox.Started()
 	}
 	if err != nil {
-		return fail(fmt.Errorf("%w%s", err, startHint(prog, err)))
+		return fail(spawnError(def, prog, s.sandbox != nil, err))
 	}
 	// Watch for the process's own exit without reaping it: a process
 	// that left children holding its pipes must not hold up the end.

@@ -103,13 +103,13 @@ func (s *Session) command(def *agents.Definition, prog string, env []string, wor
 }
 
 // checkExecutable catches the common mistakes first, with the hints a
-// plain exec would give.
+// plain exec would give. Both are permanent: retrying cannot fix them.
 func checkExecutable(prog string) error {
 	switch fi, err := os.Stat(prog); {
 	case err != nil:
-		return fmt.Errorf("%w%s", err, startHint(prog, err))
+		return permanentError{fmt.Errorf("%w%s", err, startHint(prog, err))}
 	case fi.IsDir() || fi.Mode()&0o111 == 0:
-		return fmt.Errorf("%s: %w%s", prog, os.ErrPermission, startHint(prog, os.ErrPermission))
+		return permanentError{fmt.Errorf("%s: %w%s", prog, os.ErrPermission, startHint(prog, os.ErrPermission))}
 	}
 	return nil
 }

@@ -262,6 +262,9 @@ func TestSessionUnsetVariableFailsStart(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "env TOKEN: ${NOT_SET_ANYWHERE} is not set in the gateway's environment") {
 		t.Fatalf("err = %v", err)
 	}
+	if perm := (interface{ Permanent() bool })(nil); !errors.As(err, &perm) || !perm.Permanent() {
+		t.Errorf("an unset variable is not permanent: %v", err)
+	}
 }
 
 func TestSessionStartFailures(t *testing.T) {
@@ -275,10 +278,12 @@ func TestSessionStartFailures(t *testing.T) {
 		argv  []string
 		want  []string
 		clock bool // advance the fake clock past the ready timeout
+		// permanent: retrying cannot fix it, so the agent fails at once.
+		permanent bool
 	}{
-		{name: "missing program", argv: []string{"./no/such/runtime"}, want: []string{"no such file or directory", "relative paths are resolved against the definition's directory"}},
-		{name: "not executable", argv: []string{notExec}, want: []string{"permission denied", "is not executable: chmod +x it"}},
-		{name: "not in PATH", argv: []string{"no-such-runtime-anywhere"}, want: []string{`runtime "no-such-runtime-anywhere" not found in PATH`}},
+		{name: "missing program", argv: []string{"./no/such/runtime"}, want: []string{"no such file or directory", "relative paths are resolved against the definition's directory"}, permanent: true},
+		{name: "not executable", argv: []string{notExec}, want: []string{"permission denied", "is not executable: chmod +x it"}, permanent: true},
+		{name: "not in PATH", argv: []string{"no-such-runtime-anywhere"}, want: []string{`runtime "no-such-runtime-anywhere" not found in PATH`}, permanent: true},
 		{name: "exits early", mode: "exit-early", want: []string{"runtime exited before ready", "exited with code 7", "fatal: missing API key"}},
 		{name: "non-JSON before ready", mode: "garbage", want: []string{"printed something that is not a protocol message before ready", "Loading model weights"}},
 		{name: "no ready in time", mode: "no-ready", want: []string{"no ready within 30s of start"}, clock: true},
@@ -316,6 +321,10 @@ func TestSessionStartFailures(t *testing.T) {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error %q lacks %q", err, w)
 				}
+			}
+			var perm interface{ Permanent() bool }
+			if got := errors.As(err, &perm) && perm.Permanent(); got != tt.permanent {
+				t.Errorf("error %q: permanent = %v, want %v", err, got, tt.permanent)
 			}
 		})
 	}

@@ -226,7 +226,7 @@ func (sv *Supervisor) handle(ctx context.Context, all map[string]*agent, ev any)
 		case a == nil || a.removed:
 			ev.reply <- result{err: fmt.Errorf("no agent named %q: %w", ev.name, ErrNoAgent)}
 		case a.state == StateFailed:
-			ev.reply <- result{err: fmt.Errorf("%s: %w", ev.name, ErrAgentFailed)}
+			ev.reply <- result{err: failedError(a)}
 		case a.state == StateRunning && !ended(a.sess) && a.sess != a.stopping:
 			ev.reply <- result{sess: a.sess}
 		default:
@@ -441,7 +441,8 @@ func (sv *Supervisor) crashed(ctx context.Context, a *agent, err error) {
 	for len(a.crashes) > 0 && now.Sub(a.crashes[0]) > CrashWindow {
 		a.crashes = a.crashes[1:]
 	}
-	// A start that retrying cannot fix (a sandbox the kernel cannot
+	// A start that retrying cannot fix (an unset ${VAR}, a runtime
+	// program missing or not executable, a sandbox the kernel cannot
 	// give, a runtime not visible inside it) fails the agent at once.
 	var perm interface{ Permanent() bool }
 	permanent := errors.As(err, &perm) && perm.Permanent()
@@ -464,7 +465,7 @@ func (sv *Supervisor) crashed(ctx context.Context, a *agent, err error) {
 			sv.audit(a, "agent_failed", fmt.Sprintf("%d crashes within %s; last: %v%s", len(a.crashes), CrashWindow, err, retry))
 		}
 		for _, w := range a.waiters {
-			w <- result{err: fmt.Errorf("%s: %w", a.def.Name, ErrAgentFailed)}
+			w <- result{err: failedError(a)}
 		}
 		a.waiters = nil
 		sv.after(ctx, cool, failedRetryEv{name: a.def.Name, gen: a.timerGen})
@@ -481,6 +482,16 @@ func (sv *Supervisor) crashed(ctx context.Context, a *agent, err error) {
 	gen := a.timerGen
 	sv.log.Warn("restarting agent after backoff", "agent", a.def.Name, "delay", delay, "error", err)
 	sv.after(ctx, delay, retryEv{name: a.def.Name, gen: gen})
+}
+
+// failedError is what work sent to a failed agent gets: ErrAgentFailed,
+// and why the agent failed, so that whoever sent it (an operator's start
+// or prompt) reads the cause without looking it up.
+func failedError(a *agent) error {
+	if a.lastErr == nil {
+		return fmt.Errorf("%s: %w", a.def.Name, ErrAgentFailed)
+	}
+	return fmt.Errorf("%s: %w; last error: %v", a.def.Name, ErrAgentFailed, a.lastErr)
 }
 
 // after sends ev to Run once d has passed on the supervisor's clock,

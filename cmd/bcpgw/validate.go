@@ -15,6 +15,7 @@ import (
 
 	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/bcp"
+	"github.com/bcpgw/bcpgw/gateway"
 )
 
 func newValidateCmd() *cobra.Command {
@@ -46,6 +47,7 @@ Exit status: 0 valid (warnings may be printed), 1 invalid.
 				return &exitError{code: exitUsage, msg: err.Error()}
 			}
 			set, err := agents.Load(args[0], opts)
+			warnRuntimes(set)
 			var le *agents.LoadError
 			if err != nil && !errors.As(err, &le) {
 				// The directory itself is unreadable: report it like any
@@ -73,6 +75,20 @@ Exit status: 0 valid (warnings may be printed), 1 invalid.
 	cmd.Flags().StringVar(&stateDir, "state", os.Getenv("BCPGW_STATE"), "the gateway's state directory, to check that no agent reaches into it (env BCPGW_STATE; optional)")
 	compat.add(cmd.Flags())
 	return cmd
+}
+
+// warnRuntimes adds a warning, at the runtime key, for each agent of set
+// whose runtime program cannot be found or executed here: the gateway
+// would fail it at its first start.
+func warnRuntimes(set *agents.Set) {
+	if set == nil {
+		return
+	}
+	for _, d := range set.Agents {
+		if err := gateway.CheckRuntimeProgram(d, os.LookupEnv); err != nil {
+			set.Warnings = append(set.Warnings, d.Warnf("runtime", "the agent cannot start here: %v", err))
+		}
+	}
 }
 
 // printUnsandboxed warns, loudly and apart from the summary, about every

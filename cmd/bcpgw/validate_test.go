@@ -17,7 +17,7 @@ func sandboxSet(t *testing.T) string {
 	return writeSet(t, map[string]string{
 		"main.md": `---
 name: main
-runtime: [bin/demo-agent]
+runtime: [/bin/sh]
 tools: BCPQuery
 workdir: /srv/main
 sandbox:
@@ -30,7 +30,7 @@ bcp_channels:
 `,
 		"researcher.md": `---
 name: researcher
-runtime: [bin/demo-agent]
+runtime: [/bin/sh]
 tools: BCPRespond
 bcp_channels:
   - {peer: main, role: reader, max_category: 1, budget_bits: 100}
@@ -38,7 +38,7 @@ bcp_channels:
 `,
 		"local.md": `---
 name: local
-runtime: [bin/demo-agent]
+runtime: [/bin/sh]
 sandbox: none
 ---
 `,

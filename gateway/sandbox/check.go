@@ -182,3 +182,28 @@ func lookPath(name string, env []string) []string {
 	}
 	return out
 }
+
+// SpawnError explains why the sandbox's helper could not be spawned. The
+// kernel refusing the namespaces (user namespaces off, or a limit on
+// them at 0) is an *Error, permanent, that says so; anything else
+// (no memory, too many processes) is returned as it is, and may pass.
+func SpawnError(agent string, err error) error {
+	var errno syscall.Errno
+	if !errors.As(err, &errno) {
+		return err
+	}
+	var why string
+	switch errno {
+	case syscall.ENOSPC:
+		why = "a limit on namespaces is 0 or reached (sysctl user.max_user_namespaces and its kin)"
+	case syscall.EPERM:
+		why = "this system does not let the gateway's user create user namespaces (sysctl kernel.unprivileged_userns_clone, kernel.apparmor_restrict_unprivileged_userns, or a container's policy)"
+	case syscall.EINVAL:
+		why = "the kernel lacks a kind of namespace the sandbox needs (user, mount, pid, network, ipc, uts)"
+	case syscall.EUSERS:
+		why = "user namespaces are nested too deeply here"
+	default:
+		return err
+	}
+	return &Error{Agent: agent, Msg: fmt.Sprintf("the kernel refused its namespaces (%v): %s; bcpgw doctor shows what this machine provides", errno, why)}
+}
