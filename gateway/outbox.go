@@ -224,7 +224,9 @@ func (g *Gateway) courier(ctx context.Context, c *courier) {
 			continue
 		}
 		if err != nil {
-			if sent {
+			// A session stopped on request (an operator, a reload) did not
+			// fail the delivery; one that crashed or timed out did.
+			if sent && !errors.Is(err, ErrStoppedOnRequest) {
 				d.Failures++
 				g.cfg.Store.RecordFailure(d.ID, store.Event{Time: g.now(), Kind: "delivery_failed", Agent: d.Controller, Peer: d.Reader,
 					Category: int(d.Category), Bits: d.Bits,
@@ -308,9 +310,24 @@ func (g *Gateway) deliver(ctx context.Context, c *courier, d *store.Delivery) (s
 		DeliveryID: d.ID, RequestID: d.RequestID, Anomalies: d.Anomalies, Redelivered: d.Attempts > 0,
 		Prompt: deliveryPrompt(*d),
 	})
-	done, err := sess.Turn(ctx, msg)
+	sentCh, done, err := sess.TurnSent(ctx, msg)
 	if err != nil {
 		return false, nil, err
+	}
+	// The delivery may wait behind another turn (a prompt, a cron
+	// firing): it counts as sent, and its session's end as its failure,
+	// only once the runtime was given it.
+	select {
+	case <-sentCh:
+	case err := <-done:
+		select {
+		case <-sentCh: // sent, and answered or ended at once
+			done = replay(err)
+		default:
+			return false, nil, err
+		}
+	case <-ctx.Done():
+		return false, nil, ctx.Err()
 	}
 	d.Attempts++
 	kind := "delivery_sent"
@@ -342,6 +359,13 @@ func (g *Gateway) deliver(ctx context.Context, c *courier, d *store.Delivery) (s
 	case <-ctx.Done():
 		return true, nil, ctx.Err()
 	}
+}
+
+// replay returns a channel that holds err: a turn's outcome read early.
+func replay(err error) <-chan error {
+	ch := make(chan error, 1)
+	ch <- err
+	return ch
 }
 
 // markDelay is how long the outbox waits for a runtime's result before it

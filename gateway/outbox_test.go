@@ -10,6 +10,7 @@ import (
 
 	"github.com/bcpgw/bcpgw/bcp"
 	"github.com/bcpgw/bcpgw/gateway/store"
+	"github.com/bcpgw/bcpgw/runtime"
 )
 
 // seedDeliveries stores n pushes from researcher to main as if accepted by
@@ -225,4 +226,74 @@ func TestDiscardedDeliveryIsDroppedWithWhoAndWhy(t *testing.T) {
 		t.Errorf("retry after discard: %v, want ErrNotParked", err)
 	}
 	e.waitEvent("delivery_discarded", "")
+}
+
+// A session an operator stops did not fail the delivery it held: even at
+// its last allowed failure, the delivery is not parked.
+func TestOperatorStopIsNotADeliveryFailure(t *testing.T) {
+	var seeded []store.Delivery
+	e := startE2E(t, pair(100000, 100000, "review", map[string]string{"DELAY": "1h"}, nil), func(c *Config) {
+		seeded = seedDeliveries(t, c.Store, 1)
+		failedBefore(t, c.Store, seeded[0].ID, MaxDeliveryFailures-1)
+	})
+	e.waitRecords("main", "delivery", 1) // main holds it
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	if err := e.gw.Supervisor().Stop(ctx, "main", "operator"); err != nil {
+		t.Fatal(err)
+	}
+	e.waitEvent("session_stopped", "")
+	// Sent again to the next session, which holds it too.
+	e.waitRecords("main", "delivery", 2)
+	if err := e.store.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d, err := e.store.Delivery(ctx, seeded[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.State != store.DeliveryPending || d.Failures != MaxDeliveryFailures-1 {
+		t.Errorf("after an operator's stop: state %s, failures %d; want pending, %d", d.State, d.Failures, MaxDeliveryFailures-1)
+	}
+	if evs := e.events("delivery_parked", ""); len(evs) != 0 {
+		t.Errorf("parked after an operator's stop: %+v", evs)
+	}
+}
+
+// A delivery queued behind another turn was never shown to the runtime:
+// if the session ends first, it is neither counted as sent nor failed.
+func TestDeliveryQueuedBehindATurnIsNotSent(t *testing.T) {
+	e := startE2E(t, pair(100000, 100000, "review", map[string]string{"DELAY": "1h"}, nil), nil)
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	sess, err := e.gw.Supervisor().Ensure(ctx, "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A first turn that main holds for an hour: a delivery as testrt sees it.
+	first := forController(sess, runtime.ResponseDelivery{Type: runtime.TypeResponseDelivery, SubscriptionID: "research-alerts",
+		Category: 1, FromAgent: "researcher", Response: json.RawMessage(`{"has_breaking_news":true,"priority":"low","score":1,"source":"web"}`),
+		DeliveryID: "dl-first", Prompt: "first"})
+	if _, err := sess.Turn(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	e.waitRecords("main", "delivery", 1)
+	sent, done, err := sess.TurnSent(ctx, runtime.Prompt{Type: runtime.TypePrompt, Content: "queued"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess.Kill()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrSessionClosed) {
+			t.Errorf("queued turn ended with %v, want ErrSessionClosed", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the queued turn never ended")
+	}
+	select {
+	case <-sent:
+		t.Error("a turn that waited behind another was reported sent")
+	default:
+	}
 }

@@ -240,7 +240,8 @@ type Session struct {
 // turn is one unit of work that ends with the runtime's result.
 type turn struct {
 	msg  any
-	done chan error // receives nil on result, ErrSessionClosed if the session ends first
+	done chan error    // receives nil on result, ErrSessionClosed if the session ends first
+	sent chan struct{} // if not nil, closed once msg is handed to the runtime
 }
 
 // StartSession spawns the definition's runtime and returns once it has
@@ -477,15 +478,32 @@ func (s *Session) Prompt(ctx context.Context, content string, metadata map[strin
 // (a stopping session answers ErrSessionClosed once it has ended).
 func (s *Session) Turn(ctx context.Context, msg any) (<-chan error, error) {
 	t := turn{msg: msg, done: make(chan error, 1)}
+	return t.done, s.queueTurn(ctx, t)
+}
+
+// TurnSent is Turn that also says when msg is handed to the runtime (sent
+// is closed then): until then it waits behind the turns queued before it,
+// and a session that ends before has not shown it to the runtime at all.
+func (s *Session) TurnSent(ctx context.Context, msg any) (sent <-chan struct{}, done <-chan error, err error) {
+	t := turn{msg: msg, done: make(chan error, 1), sent: make(chan struct{})}
+	return t.sent, t.done, s.queueTurn(ctx, t)
+}
+
+func (s *Session) queueTurn(ctx context.Context, t turn) error {
 	select {
 	case s.work <- t:
-		return t.done, nil
+		return nil
 	case <-s.done:
-		return nil, ErrSessionClosed
+		return ErrSessionClosed
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return ctx.Err()
 	}
 }
+
+// ErrStoppedOnRequest is how a turn in flight ends when its session is
+// stopped on request (an operator's stop, a reload's restart): the
+// runtime did not fail it. It wraps ErrSessionClosed.
+var ErrStoppedOnRequest = fmt.Errorf("%w: stopped on request", ErrSessionClosed)
 
 // Send writes a message to the runtime now, outside the turn queue (a
 // validation result, a query answer).

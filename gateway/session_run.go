@@ -140,6 +140,10 @@ func (s *Session) dispatch(l *loop) {
 	l.turnTimer = s.cfg.Clock.NewTimer(s.turnTimeout())
 	if err := s.send(t.msg); err != nil {
 		s.stopNow(l, err.Error())
+		return
+	}
+	if t.sent != nil {
+		close(t.sent)
 	}
 }
 
@@ -281,7 +285,11 @@ func (s *Session) finish(l *loop, waitErr error) {
 	s.closeOut()
 	// Turns not answered are for the next session: tell their owners.
 	if l.inFlight != nil {
-		l.inFlight.done <- ErrSessionClosed
+		if l.asked {
+			l.inFlight.done <- ErrStoppedOnRequest
+		} else {
+			l.inFlight.done <- ErrSessionClosed
+		}
 	}
 	for _, t := range l.queue {
 		t.done <- ErrSessionClosed
