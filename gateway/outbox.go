@@ -49,6 +49,10 @@ type courier struct {
 	// known to hold everything committed before the read only if no
 	// enqueue came in while it was read.
 	notified uint64
+	// gone holds the ids of deliveries finished with a seq past the cursor
+	// (operator retries taken before the pages reached them): a page may
+	// still find them pending, their end not yet committed.
+	gone map[string]int64 // id -> seq
 }
 
 // courierFor returns the courier of controller, starting it if needed;
@@ -176,10 +180,16 @@ func (g *Gateway) head(ctx context.Context, c *courier) (store.Delivery, bool) {
 		c.mu.Lock()
 		for _, d := range page {
 			if d.Seq > c.cursor {
-				if !c.queued(d.ID) { // an operator's retry may be there already
+				// An operator's retry may be queued or done already.
+				if _, done := c.gone[d.ID]; !done && !c.queued(d.ID) {
 					c.queue = append(c.queue, d)
 				}
 				c.cursor = d.Seq
+			}
+		}
+		for id, seq := range c.gone {
+			if seq <= c.cursor {
+				delete(c.gone, id) // the pages are past it
 			}
 		}
 		// A short page holds every pending delivery committed before it
@@ -195,6 +205,12 @@ func (g *Gateway) head(ctx context.Context, c *courier) (store.Delivery, bool) {
 // pop removes the head once it is delivered, dropped or parked.
 func (c *courier) pop() {
 	c.mu.Lock()
+	if d := c.queue[0]; d.Seq > c.cursor {
+		if c.gone == nil {
+			c.gone = map[string]int64{}
+		}
+		c.gone[d.ID] = d.Seq
+	}
 	c.queue[0] = store.Delivery{}
 	c.queue = c.queue[1:]
 	c.mu.Unlock()

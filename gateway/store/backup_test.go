@@ -37,3 +37,56 @@ func TestBackupIsAConsistentCopy(t *testing.T) {
 		t.Errorf("backup over an existing file: %v, want it refused", err)
 	}
 }
+
+// Writes go on while a backup runs, WAL checkpoints included (the backup
+// has a connection of its own), and a symbolic link is never followed.
+func TestBackupWhileWriting(t *testing.T) {
+	dir := t.TempDir()
+	s, err := OpenWith(filepath.Join(dir, "state.db"), Options{WALCheckpointSize: 256 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ctx := context.Background()
+	for i := range 2000 {
+		s.AddDeliveryThen(*sampleDelivery(i), nil, func(Delivery, error) {})
+	}
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		for i := range 500 {
+			if err := s.AddDelivery(ctx, sampleDelivery(i)); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	dst := filepath.Join(dir, "copy.db")
+	if _, err := s.Backup(ctx, dst); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("a write during the backup: %v", err)
+	}
+	b := openT(t, dst)
+	ds, err := b.Deliveries(ctx)
+	if err != nil || len(ds) < 2000 || len(ds) > 2500 {
+		t.Errorf("the copy holds %d deliveries (%v), want 2000 to 2500", len(ds), err)
+	}
+	if entries, _ := filepath.Glob(filepath.Join(dir, ".backup-*")); len(entries) != 0 {
+		t.Errorf("backup left %v behind", entries)
+	}
+	link := filepath.Join(dir, "link.db")
+	if err := os.Symlink(filepath.Join(dir, "target.db"), link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Backup(ctx, link); err == nil {
+		t.Error("backup through a symbolic link was not refused")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "target.db")); !os.IsNotExist(err) {
+		t.Errorf("the link's target was written (%v)", err)
+	}
+}

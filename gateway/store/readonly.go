@@ -60,8 +60,7 @@ func OpenReadOnly(path string) (*Store, error) {
 	default:
 		return nil, fmt.Errorf("open state: %w", shmErr)
 	}
-	uriPath := strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23").Replace(filepath.ToSlash(path))
-	rdb, err := sql.Open("sqlite", "file:"+uriPath+"?"+params)
+	rdb, err := sql.Open("sqlite", "file:"+uriPath(path)+"?"+params)
 	if err != nil {
 		return nil, fmt.Errorf("open state %s: %w", path, err)
 	}

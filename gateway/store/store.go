@@ -199,10 +199,8 @@ func open(path string, o Options) (*Store, error) {
 		return nil, fmt.Errorf("open state: %w", err)
 	}
 	f.Close()
-	// The path goes into a file: URI, where ?, # and % are not literal.
-	uriPath := strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23").Replace(filepath.ToSlash(path))
 	dsn := func(extra string) string {
-		return "file:" + uriPath + "?_pragma=busy_timeout(" + itoa(busyTimeoutMS) + ")&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=foreign_keys(ON)" + extra
+		return "file:" + uriPath(path) + "?_pragma=busy_timeout(" + itoa(busyTimeoutMS) + ")&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=foreign_keys(ON)" + extra
 	}
 	// The writer never checkpoints: a checkpoint syncs the database file,
 	// and the commit that triggered it would wait for that. The
@@ -336,6 +334,12 @@ func migrate(db *sql.DB) error {
 		return err
 	}
 	return tx.Commit()
+}
+
+// uriPath is path as it goes into a file: URI, where ?, # and % are not
+// literal.
+func uriPath(path string) string {
+	return strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23").Replace(filepath.ToSlash(path))
 }
 
 // Path is the state file's path.
