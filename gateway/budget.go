@@ -74,6 +74,17 @@ func (b *budgets) remaining(link *agents.Link, s *Session) Remaining {
 	}
 }
 
+// admitPush checks a validated push against both budgets of link and, if
+// they afford it, charges it, in one step: the caller holds the gateway's
+// lock across both, so two pushes cannot both spend the last bits. A push
+// they cannot afford is refused in v (budget_exhausted).
+func (b *budgets) admitPush(link *agents.Link, s *Session, v *Verdict) {
+	v.Afford(b.remaining(link, s))
+	if v.Accepted() {
+		b.chargePush(link, s, v.Charged())
+	}
+}
+
 // chargePush charges an accepted push to both sides.
 func (b *budgets) chargePush(link *agents.Link, s *Session, bits float64) {
 	c, r := b.controller(link.Controller.Name), b.reader(s)

@@ -6,10 +6,11 @@
 // restarting crashed ones with backoff. A [Gateway] routes between them
 // (PROTOCOL.md sections 5 and 6):
 //
-//   - A Reader's publish is judged by [JudgePublish], the single place
-//     where "is this push allowed, and where does it go" is decided,
-//     shared with the operator's dry run, `bcpgw check`. Budgets are
-//     charged per session (budget.go).
+//   - A Reader's publish is judged by [ValidatePublish] (rights,
+//     subscription, validation) and [Verdict.Afford] (budgets): the same
+//     two steps [JudgePublish] runs for the operator's dry run, `bcpgw
+//     check`. The gateway checks and charges the budgets in one step under
+//     its lock (budgets.admitPush); budgets are per session (budget.go).
 //   - What is accepted is committed to the store (package store) before the
 //     Reader hears success, then delivered by the outbox: one courier per
 //     Controller sends deliveries as turns, in order, one at a time, and

@@ -72,9 +72,22 @@ func (v Verdict) Detail() string {
 
 // JudgePublish runs every check the gateway applies to a publish, in
 // order: the Reader's BCPPublish right, the subscription, validation, then
-// the budgets in left. It does not charge anything: the caller charges
-// Verdict.Charged() when it accepts the verdict.
+// the budgets left(link) reports. It does not charge anything: the caller
+// charges Verdict.Charged() when it accepts the verdict. bcpgw check uses
+// it with FreshBudgets; the gateway runs the same two steps, the second
+// under its budget lock together with the charge (budgets.admitPush).
 func JudgePublish(set *agents.Set, p Publish, left func(*agents.Link) Remaining) Verdict {
+	v := ValidatePublish(set, p)
+	if v.Accepted() {
+		v.Afford(left(set.Link(p.Controller, p.Reader)))
+	}
+	return v
+}
+
+// ValidatePublish runs the checks of a publish that need no budget: the
+// Reader's BCPPublish right, the subscription and validation, the costly
+// part, which the gateway runs without holding any lock.
+func ValidatePublish(set *agents.Set, p Publish) Verdict {
 	refuse := func(code bcp.Code, format string, args ...any) Verdict {
 		return Verdict{Result: bcp.Result{Route: bcp.RouteReject}, Err: bcp.Errorf(code, format, args...)}
 	}
@@ -90,19 +103,27 @@ func JudgePublish(set *agents.Set, p Publish, left func(*agents.Link) Remaining)
 	v := Verdict{Subscription: sub, Result: res}
 	if err != nil {
 		v.Err = asBCPError(err)
-		return v
 	}
-	budget := left(set.Link(p.Controller, p.Reader))
+	return v
+}
+
+// Afford refuses an accepted verdict with budget_exhausted when either
+// budget in left is short of the subscription's bits. A refused verdict
+// is left as it is.
+func (v *Verdict) Afford(left Remaining) {
+	if !v.Accepted() {
+		return
+	}
+	sub := v.Subscription
 	for _, side := range []struct {
 		name string
 		left float64
-	}{{p.Controller + "'s session pool", budget.Controller}, {"this " + p.Reader + " session", budget.Reader}} {
+	}{{sub.Controller + "'s session pool", left.Controller}, {"this " + sub.Reader + " session", left.Reader}} {
 		if sub.Bits > side.left {
 			v.Result.Route, v.Result.Response = bcp.RouteReject, nil
 			v.Err = bcp.Errorf(bcp.BudgetExhausted, "Bandwidth budget exhausted for channel to '%s': %s costs %s, %s has %s left",
-				p.Controller, sub.ID, bcp.FormatBits(sub.Bits), side.name, bcp.FormatBits(side.left))
-			return v
+				sub.Controller, sub.ID, bcp.FormatBits(sub.Bits), side.name, bcp.FormatBits(side.left))
+			return
 		}
 	}
-	return v
 }

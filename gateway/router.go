@@ -109,20 +109,14 @@ func (g *Gateway) publish(s *Session, env runtime.Envelope, r runtime.Response) 
 		g.backlog.release(pair)
 		return
 	}
-	// Validation, the costly part, runs unlocked: JudgePublish asks for
-	// the budgets only once the response is valid, and the lock taken
-	// there is held until the charge, so check and charge are one step.
-	var link *agents.Link // set, and the lock held, once the budgets are asked
-	v := JudgePublish(set, Publish{Reader: s.Name(), Controller: r.Controller, SubscriptionID: r.SubscriptionID, Response: r.Response},
-		func(l *agents.Link) Remaining {
-			g.mu.Lock()
-			link = l
-			return g.budgets.remaining(l, s)
-		})
-	if link != nil {
-		if v.Accepted() {
-			g.budgets.chargePush(link, s, v.Charged())
-		}
+	// Validation, the costly part, runs unlocked; the budgets are then
+	// checked and charged in one step, under the lock.
+	v := ValidatePublish(set, Publish{Reader: s.Name(), Controller: r.Controller, SubscriptionID: r.SubscriptionID, Response: r.Response})
+	var link *agents.Link
+	if v.Accepted() {
+		link = set.Link(r.Controller, s.Name())
+		g.mu.Lock()
+		g.budgets.admitPush(link, s, &v)
 		g.mu.Unlock()
 	}
 	if !v.Accepted() {
