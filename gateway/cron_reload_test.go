@@ -63,11 +63,7 @@ func (h *cronHarness) handled(label string) int {
 }
 
 // cronTimers is the number of timers armed on c.
-func cronTimers(c *fakeClock) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.timers)
-}
+func cronTimers(c *fakeClock) int { return c.Pending() }
 
 // cronEntries is a snapshot of the scheduler's entries by label.
 func cronEntries(sc *scheduler) map[string]*cronEntry {
@@ -96,7 +92,7 @@ func checkUpdate(t *testing.T, sc *scheduler, set *agents.Set, wantAdded, wantRe
 // already running keeps its timing.
 func TestCronUpdateAddedScheduleFires(t *testing.T) {
 	h, sc := startCronUpdatable(t, cronSet(t, sched("10s", "old")))
-	cronWait(t, "old's timer", func() bool { return h.clock.pendingFor(10 * time.Second) })
+	cronWait(t, "old's timer", func() bool { return h.clock.PendingFor(10 * time.Second) })
 
 	checkUpdate(t, sc, cronSet(t, sched("10s", "old")+sched("7s", "new")), 1, 0)
 	h.tick(t, 7*time.Second) // new is due; old is 3s away
@@ -179,7 +175,7 @@ func TestCronUpdateKeepsPendingPromptBusy(t *testing.T) {
 	}
 	// The new edited loop has armed (t=17) and the old one has stopped.
 	cronWait(t, "the new edited schedule to arm, the old to stop", func() bool {
-		return h.clock.pendingFor(7*time.Second) && cronTimers(h.clock) == 2
+		return h.clock.PendingFor(7*time.Second) && cronTimers(h.clock) == 2
 	})
 
 	h.tick(t, 7*time.Second) // t=17: the new edited schedule fires
@@ -206,7 +202,7 @@ func TestCronUpdateKeepsPendingPromptBusy(t *testing.T) {
 		h.release <- struct{}{}
 	}
 	cronWait(t, "both next firings", func() bool {
-		return h.clock.pendingFor(4*time.Second) && h.clock.pendingFor(10*time.Second) // edited at t=24, slow at t=30
+		return h.clock.PendingFor(4*time.Second) && h.clock.PendingFor(10*time.Second) // edited at t=24, slow at t=30
 	})
 	checkUpdate(t, sc, cronSet(t, sched("10s", "slow")), 0, 1)
 	cronWait(t, "edited to stop", func() bool { return cronTimers(h.clock) == 1 })
@@ -274,7 +270,7 @@ func TestCronUpdateAfterWaitIsNoop(t *testing.T) {
 			prompt: func(context.Context, string, agents.CronSchedule) error { return nil }}
 		ctx, cancel := context.WithCancel(context.Background())
 		sc.start(ctx, set)
-		cronWait(t, "a's timer", func() bool { return clk.pendingFor(10 * time.Second) })
+		cronWait(t, "a's timer", func() bool { return clk.PendingFor(10 * time.Second) })
 		cancel()
 		sc.wait()
 		if n := cronTimers(clk); n != 0 {

@@ -76,7 +76,7 @@ func (h *cronHarness) counts() (prompts int, kinds map[string]int) {
 // scheduler has armed its next firing before time moves.
 func (h *cronHarness) tick(t *testing.T, d time.Duration) {
 	t.Helper()
-	cronWait(t, "the next firing to be armed", func() bool { return h.clock.pendingFor(d) })
+	cronWait(t, "the next firing to be armed", func() bool { return h.clock.PendingFor(d) })
 	h.clock.Advance(d)
 }
 
@@ -151,7 +151,7 @@ func TestCronSchedulesAreIndependent(t *testing.T) {
 	set := cronSet(t, "  - {schedule: \"@every 10s\", message: a, label: fast}\n  - {schedule: \"@every 20s\", message: b}\n")
 	h := startCron(t, set)
 	// Both timers armed: 10s and 20s from now.
-	cronWait(t, "both timers", func() bool { return h.clock.pendingFor(10*time.Second) && h.clock.pendingFor(20*time.Second) })
+	cronWait(t, "both timers", func() bool { return h.clock.PendingFor(10*time.Second) && h.clock.PendingFor(20*time.Second) })
 	h.clock.Advance(20 * time.Second) // both due: each fires once
 	cronWait(t, "the second prompt", func() bool { n, _ := h.counts(); return n == 2 })
 	_, kinds := h.counts()

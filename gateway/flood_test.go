@@ -114,7 +114,7 @@ func TestFloodAskedLinesAreFree(t *testing.T) {
 	if got := h.audit.find("session_throttled", ""); len(got) != 0 {
 		t.Errorf("throttled for lines the gateway asked for: %+v", got)
 	}
-	if h.clock.pendingFor(floodPause) {
+	if h.clock.PendingFor(floodPause) {
 		t.Error("stdout is paused")
 	}
 }
@@ -131,7 +131,7 @@ func TestFloodUnsolicitedLinesCount(t *testing.T) {
 	// The prompt's result is free; of the five results after it, two take
 	// the last tokens and the third finds the bucket empty.
 	turnDone(t, s, runtime.Prompt{Type: runtime.TypePrompt, Content: "unsolicited"})
-	if !checkFor(t, 10*time.Second, 5*time.Millisecond, func() bool { return h.clock.pendingFor(floodPause) }) {
+	if !checkFor(t, 10*time.Second, 5*time.Millisecond, func() bool { return h.clock.PendingFor(floodPause) }) {
 		t.Fatalf("never throttled; events %v", h.audit.kinds())
 	}
 	// Every line is handled, the one that found the bucket empty too; the
@@ -175,7 +175,7 @@ func TestFloodThrottledBeforeStopped(t *testing.T) {
 	s := h.start(t)
 	pauses := 0
 	for !ended(s) {
-		if !checkFor(t, 10*time.Second, time.Millisecond, func() bool { return h.clock.pendingFor(floodPause) || ended(s) }) {
+		if !checkFor(t, 10*time.Second, time.Millisecond, func() bool { return h.clock.PendingFor(floodPause) || ended(s) }) {
 			t.Fatalf("neither paused nor stopped after %d pauses; events %v", pauses, h.audit.kinds())
 		}
 		if ended(s) {
@@ -225,8 +225,8 @@ func TestFloodLimitPerAgent(t *testing.T) {
 	// handled all the same, and paid back by the pause.
 	want := 5
 	for i := 0; i <= 4; i++ {
-		if !checkFor(t, 10*time.Second, time.Millisecond, func() bool { return h.clock.pendingFor(floodPause) && texts() >= want }) {
-			t.Fatalf("step %d: %d text lines handled, want %d (paused: %v)", i, texts(), want, h.clock.pendingFor(floodPause))
+		if !checkFor(t, 10*time.Second, time.Millisecond, func() bool { return h.clock.PendingFor(floodPause) && texts() >= want }) {
+			t.Fatalf("step %d: %d text lines handled, want %d (paused: %v)", i, texts(), want, h.clock.PendingFor(floodPause))
 		}
 		if got := texts(); got != want {
 			t.Fatalf("step %d: %d text lines handled, want %d", i, got, want)
@@ -251,7 +251,7 @@ func TestFloodExitWhileThrottled(t *testing.T) {
 	h := newHarness(t, "flood")
 	h.cfg.FloodBurst = 50
 	s := h.start(t)
-	if !checkFor(t, 10*time.Second, time.Millisecond, func() bool { return h.clock.pendingFor(floodPause) }) {
+	if !checkFor(t, 10*time.Second, time.Millisecond, func() bool { return h.clock.PendingFor(floodPause) }) {
 		t.Fatal("never throttled")
 	}
 	s.Kill()

@@ -71,7 +71,7 @@ func TestSessionTurnTimeoutKillsAStoppedRuntime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !checkFor(t, testWait, pollStep, func() bool { return h.clock.pendingFor(40 * time.Minute) }) {
+	if !checkFor(t, testWait, pollStep, func() bool { return h.clock.PendingFor(40 * time.Minute) }) {
 		t.Fatal("no turn timer of 40m")
 	}
 	h.clock.Advance(40*time.Minute - time.Second)
@@ -125,10 +125,10 @@ func TestSessionTurnTimeoutPerAgent(t *testing.T) {
 	if _, err := s.Turn(ctx, runtime.Prompt{Type: runtime.TypePrompt, Content: "hello"}); err != nil {
 		t.Fatal(err)
 	}
-	if !checkFor(t, testWait, pollStep, func() bool { return h.clock.pendingFor(3 * time.Minute) }) {
+	if !checkFor(t, testWait, pollStep, func() bool { return h.clock.PendingFor(3 * time.Minute) }) {
 		t.Fatal("no turn timer of 3m (the agent's)")
 	}
-	if h.clock.pendingFor(40 * time.Minute) {
+	if h.clock.PendingFor(40 * time.Minute) {
 		t.Error("the gateway's turn timeout armed too")
 	}
 	_ = syscall.Kill(-s.Pid(), syscall.SIGCONT)
@@ -138,7 +138,7 @@ func TestSessionTurnTimeoutPerAgent(t *testing.T) {
 	if !checkFor(t, testWait, pollStep, func() bool { return len(h.audit.find("turn_done", "")) == 2 }) {
 		t.Fatal("turns not answered after SIGCONT")
 	}
-	if h.clock.pendingFor(3 * time.Minute) {
+	if h.clock.PendingFor(3 * time.Minute) {
 		t.Error("a turn timer outlived its turn")
 	}
 }
@@ -160,7 +160,7 @@ func TestTurnTimeoutRedeliversToTheNextSession(t *testing.T) {
 		t.Fatalf("verdict = %+v", v[0])
 	}
 	// The delivery sits in the stopped runtime's stdin; its turn timer runs.
-	if !checkFor(t, testWait, pollStep, func() bool { return clk.pendingFor(45 * time.Minute) }) {
+	if !checkFor(t, testWait, pollStep, func() bool { return clk.PendingFor(45 * time.Minute) }) {
 		t.Fatal("no turn timer of 45m for the delivery")
 	}
 	ds := e.deliveries()
@@ -221,7 +221,7 @@ func TestFailedControllerRetriesAfterCoolDownAndDrains(t *testing.T) {
 	// Six failed starts within a minute (backoffs of 1s to 16s) fail it.
 	for i, delay := range []time.Duration{1, 2, 4, 8, 16} {
 		if !checkFor(t, testWait, pollStep, func() bool {
-			return clk.pendingFor(delay*time.Second) && e.status("main").State == StateBackoff
+			return clk.PendingFor(delay*time.Second) && e.status("main").State == StateBackoff
 		}) {
 			t.Fatalf("failure %d: no backoff of %v (status %+v)", i+1, delay*time.Second, e.status("main"))
 		}
@@ -312,7 +312,7 @@ func TestSupervisorFailedAgentCoolDowns(t *testing.T) {
 		}()
 		for _, delay := range []time.Duration{1, 2, 4, 8, 16} {
 			if !checkFor(t, testWait, pollStep, func() bool {
-				return clock.pendingFor(delay*time.Second) && status().State == StateBackoff
+				return clock.PendingFor(delay*time.Second) && status().State == StateBackoff
 			}) {
 				t.Fatalf("%s: no backoff of %v (status %+v)", round, delay*time.Second, status())
 			}

@@ -15,82 +15,16 @@ import (
 	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/bcp"
 	"github.com/bcpgw/bcpgw/gateway/store"
+	"github.com/bcpgw/bcpgw/internal/clock"
 	"github.com/bcpgw/bcpgw/internal/testproc"
 	"github.com/bcpgw/bcpgw/runtime"
 )
 
-// fakeClock is a Clock whose time moves only when the test says.
-type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*fakeTimer
-}
-
-type fakeTimer struct {
-	clock *fakeClock
-	at    time.Time
-	ch    chan time.Time
-}
+// fakeClock is the clock of the gateway's tests (internal/clock).
+type fakeClock = clock.Fake
 
 func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) NewTimer(d time.Duration) Timer {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &fakeTimer{clock: c, at: c.now.Add(d), ch: make(chan time.Time, 1)}
-	c.timers = append(c.timers, t)
-	return t
-}
-
-func (t *fakeTimer) C() <-chan time.Time { return t.ch }
-
-func (t *fakeTimer) Stop() bool {
-	c := t.clock
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for i, x := range c.timers {
-		if x == t {
-			c.timers = append(c.timers[:i], c.timers[i+1:]...)
-			return true
-		}
-	}
-	return false
-}
-
-// Advance moves time forward, firing the timers that come due.
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	kept := c.timers[:0]
-	for _, t := range c.timers {
-		if !t.at.After(c.now) {
-			t.ch <- c.now
-			continue
-		}
-		kept = append(kept, t)
-	}
-	c.timers = kept
-}
-
-// pendingFor reports whether a timer is set to fire exactly d from now.
-func (c *fakeClock) pendingFor(d time.Duration) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, t := range c.timers {
-		if t.at.Sub(c.now) == d {
-			return true
-		}
-	}
-	return false
+	return clock.NewFake(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC))
 }
 
 // checkFor polls fn every step until it is true or total has passed.
@@ -303,7 +237,7 @@ func TestSessionStartFailures(t *testing.T) {
 				errc <- err
 			}()
 			if tt.clock {
-				if !checkFor(t, 10*time.Second, 5*time.Millisecond, func() bool { return h.clock.pendingFor(DefaultReadyTimeout) }) {
+				if !checkFor(t, 10*time.Second, 5*time.Millisecond, func() bool { return h.clock.PendingFor(DefaultReadyTimeout) }) {
 					t.Fatal("ready timer never set")
 				}
 				h.clock.Advance(DefaultReadyTimeout)
@@ -395,7 +329,7 @@ func TestSessionCrashIsReported(t *testing.T) {
 func TestSessionIdleTimeout(t *testing.T) {
 	h := newHarness(t, "sdk")
 	s := h.start(t)
-	if !checkFor(t, 10*time.Second, 5*time.Millisecond, func() bool { return h.clock.pendingFor(time.Minute) }) {
+	if !checkFor(t, 10*time.Second, 5*time.Millisecond, func() bool { return h.clock.PendingFor(time.Minute) }) {
 		t.Fatal("idle timer never set")
 	}
 	h.clock.Advance(59 * time.Second)

@@ -82,7 +82,7 @@ func TestSupervisorBackoffThenFailed(t *testing.T) {
 	// Each crash schedules a restart after 1s, 2s, 4s, 8s, 16s; the sixth
 	// crash within a minute marks the agent failed.
 	for i, delay := range []time.Duration{1, 2, 4, 8, 16} {
-		if !checkFor(t, 10*time.Second, 5*time.Millisecond, func() bool { return clock.pendingFor(delay * time.Second) }) {
+		if !checkFor(t, 10*time.Second, 5*time.Millisecond, func() bool { return clock.PendingFor(delay * time.Second) }) {
 			t.Fatalf("crash %d: no restart timer of %v (state %s)", i+1, delay*time.Second, stateOf(t, sv, "worker"))
 		}
 		if s := stateOf(t, sv, "worker"); s != StateBackoff {
@@ -148,7 +148,7 @@ func TestSupervisorStartsOnDemandAndStopsAll(t *testing.T) {
 // the restart: it stays stopped until started.
 func TestSupervisorStopDuringBackoff(t *testing.T) {
 	sv, clock, rec, _, _ := supervised(t, true, map[string]string{"worker": "ready-then-exit"})
-	if !checkFor(t, 10*time.Second, 5*time.Millisecond, func() bool { return clock.pendingFor(time.Second) }) {
+	if !checkFor(t, 10*time.Second, 5*time.Millisecond, func() bool { return clock.PendingFor(time.Second) }) {
 		t.Fatalf("no restart timer after the first crash (state %s)", stateOf(t, sv, "worker"))
 	}
 	if err := sv.Stop(context.Background(), "worker", "operator"); err != nil {
