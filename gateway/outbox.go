@@ -403,6 +403,20 @@ func (g *Gateway) sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// revoked says why data from reader to controller may no longer be
+// delivered under the current definitions, or "" if it may: the channel
+// must still exist and, for a push, the subscription too.
+func (g *Gateway) revoked(controller, reader, subscriptionID string, isAnswer bool) string {
+	set := g.set.Load()
+	switch {
+	case set.Link(controller, reader) == nil:
+		return fmt.Sprintf("the channel between '%s' and '%s' no longer exists", controller, reader)
+	case !isAnswer && set.Subscription(controller, reader, subscriptionID) == nil:
+		return fmt.Sprintf("subscription '%s' of '%s' no longer exists", subscriptionID, controller)
+	}
+	return ""
+}
+
 // revokedError is why a delivery may no longer be sent.
 type revokedError string
 
