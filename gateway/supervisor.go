@@ -82,7 +82,7 @@ type SupervisorConfig struct {
 type Supervisor struct {
 	cfg    SupervisorConfig
 	log    hclog.Logger
-	events chan any
+	events chan svMsg
 	wg     sync.WaitGroup // session watchers and starters
 	// set is the definitions in force; Run owns it (Reload replaces it).
 	set *agents.Set
@@ -141,6 +141,11 @@ type result struct {
 	err  error
 }
 
+// svMsg is what Run handles: a request from another goroutine (with a
+// reply channel) or an event from one of the supervisor's own. The
+// method seals the set: only the types below are messages.
+type svMsg interface{ svMsg() }
+
 // Supervisor requests and events, handled by Run.
 type (
 	ensureReq struct {
@@ -180,6 +185,16 @@ type (
 	}
 )
 
+func (ensureReq) svMsg()     {}
+func (stateReq) svMsg()      {}
+func (resetReq) svMsg()      {}
+func (stopReq) svMsg()       {}
+func (reloadReq) svMsg()     {}
+func (startedEv) svMsg()     {}
+func (endedEv) svMsg()       {}
+func (retryEv) svMsg()       {}
+func (failedRetryEv) svMsg() {}
+
 // NewSupervisor returns a supervisor; call Run to start it.
 func NewSupervisor(cfg SupervisorConfig) *Supervisor {
 	if cfg.Logger == nil {
@@ -191,7 +206,7 @@ func NewSupervisor(cfg SupervisorConfig) *Supervisor {
 	if cfg.Clock == nil {
 		cfg.Clock = SystemClock{}
 	}
-	return &Supervisor{cfg: cfg, log: cfg.Logger, events: make(chan any), set: cfg.Set}
+	return &Supervisor{cfg: cfg, log: cfg.Logger, events: make(chan svMsg), set: cfg.Set}
 }
 
 // Run starts the autostart agents and supervises until ctx ends, then
@@ -218,157 +233,207 @@ func (sv *Supervisor) Run(ctx context.Context) error {
 	}
 }
 
-func (sv *Supervisor) handle(ctx context.Context, all map[string]*agent, ev any) {
+// handle dispatches one request or event to its handler. Only Run's
+// goroutine calls it: the handlers own the agents' state.
+func (sv *Supervisor) handle(ctx context.Context, all map[string]*agent, ev svMsg) {
 	switch ev := ev.(type) {
 	case ensureReq:
-		a := all[ev.name]
-		switch {
-		case a == nil || a.removed:
-			ev.reply <- result{err: fmt.Errorf("no agent named %q: %w", ev.name, ErrNoAgent)}
-		case a.state == StateFailed:
-			ev.reply <- result{err: failedError(a)}
-		case a.state == StateRunning && !ended(a.sess) && a.sess != a.stopping:
-			ev.reply <- result{sess: a.sess}
-		default:
-			a.waiters = append(a.waiters, ev.reply)
-			if a.state == StateStopped {
-				sv.start(ctx, a)
-			}
-		}
+		sv.onEnsure(ctx, all, ev)
 	case stateReq:
-		ev.reply <- sv.statuses(all)
+		sv.onState(ctx, all, ev)
 	case reloadReq:
-		ev.reply <- sv.reload(ctx, all, ev.set)
+		sv.onReload(ctx, all, ev)
 	case stopReq:
-		a := all[ev.name]
-		if a == nil || a.removed {
-			ev.reply <- fmt.Errorf("no agent named %q: %w", ev.name, ErrNoAgent)
-			return
-		}
-		a.held = true
-		switch {
-		case a.state == StateBackoff && len(a.waiters) == 0:
-			a.timerGen++ // the pending restart is off
-			a.state = StateStopped
-			sv.audit(a, "agent_stopped", ev.reason)
-		case a.state == StateStarting:
-			a.stopOnStart = ev.reason // stopped once its start completes
-		}
-		if a.sess != nil && a.sess != a.stopping {
-			sv.stopSession(ctx, a, ev.reason)
-		}
-		ev.reply <- nil
+		sv.onStop(ctx, all, ev)
 	case resetReq:
-		a := all[ev.name]
-		if a == nil || a.removed {
-			ev.reply <- fmt.Errorf("no agent named %q: %w", ev.name, ErrNoAgent)
-			return
-		}
-		a.held, a.stopOnStart = false, ""
-		if a.state == StateFailed {
-			clearFailed(a)
-			sv.audit(a, "agent_reset", "operator restart")
-			if a.def.Autostart {
-				sv.start(ctx, a)
-			}
-		}
-		ev.reply <- nil
+		sv.onReset(ctx, all, ev)
 	case startedEv:
-		a := all[ev.name]
-		if ev.res.err != nil {
-			if a.removed {
-				delete(all, ev.name)
-				return
-			}
-			// A restart asked for during this start is done: the next
-			// start uses the definition in force.
-			a.lastErr, a.stopOnStart, a.restart = ev.res.err, "", ""
-			sv.log.Error("agent start failed", "agent", a.def.Name, "error", ev.res.err)
-			sv.crashed(ctx, a, ev.res.err)
-			return
-		}
-		a.sess, a.state = ev.res.sess, StateRunning
-		a.announced = ev.res.sess.cfg.Subscriptions
-		if sv.cfg.OnStarted != nil {
-			sv.cfg.OnStarted(a.sess)
-		}
-		// Started under definitions since replaced: bring its
-		// subscriptions up to date now, and replace it once idle.
-		sv.announce(a)
-		handOut := true
-		switch why := a.stopOnStart; {
-		case a.restart != "" || a.removed:
-			// Waiters get the next session, started once this one ends.
-			sv.retire(a)
-			handOut = false
-		case why != "" && len(a.waiters) == 0:
-			sv.stopSession(ctx, a, why)
-		}
-		a.stopOnStart = ""
-		if handOut {
-			for _, w := range a.waiters {
-				w <- result{sess: a.sess}
-			}
-			a.waiters = nil
-		}
-		sv.wg.Add(1)
-		go func(s *Session) {
-			defer sv.wg.Done()
-			<-s.Done()
-			select {
-			case sv.events <- endedEv{name: a.def.Name, sess: s}:
-			case <-ctx.Done():
-			}
-		}(a.sess)
+		sv.onStarted(ctx, all, ev)
 	case endedEv:
-		a := all[ev.name]
-		if a.sess != ev.sess {
-			return
+		sv.onEnded(ctx, all, ev)
+	case retryEv:
+		sv.onRetry(ctx, all, ev)
+	case failedRetryEv:
+		sv.onFailedRetry(ctx, all, ev)
+	}
+}
+
+// onEnsure answers with the agent's running session, or starts one and
+// answers once it is up.
+func (sv *Supervisor) onEnsure(ctx context.Context, all map[string]*agent, ev ensureReq) {
+	a := all[ev.name]
+	switch {
+	case a == nil || a.removed:
+		ev.reply <- result{err: fmt.Errorf("no agent named %q: %w", ev.name, ErrNoAgent)}
+	case a.state == StateFailed:
+		ev.reply <- result{err: failedError(a)}
+	case a.state == StateRunning && !ended(a.sess) && a.sess != a.stopping:
+		ev.reply <- result{sess: a.sess}
+	default:
+		a.waiters = append(a.waiters, ev.reply)
+		if a.state == StateStopped {
+			sv.start(ctx, a)
 		}
-		a.sess, a.stopping, a.announced = nil, nil, nil
+	}
+}
+
+// onState answers with every agent's status.
+func (sv *Supervisor) onState(ctx context.Context, all map[string]*agent, ev stateReq) {
+	ev.reply <- sv.statuses(all)
+}
+
+// onReload brings in a new set of definitions (supervisor_reload.go).
+func (sv *Supervisor) onReload(ctx context.Context, all map[string]*agent, ev reloadReq) {
+	ev.reply <- sv.reload(ctx, all, ev.set)
+}
+
+// onStop stops an agent's session on an operator's request and holds the
+// agent.
+func (sv *Supervisor) onStop(ctx context.Context, all map[string]*agent, ev stopReq) {
+	a := all[ev.name]
+	if a == nil || a.removed {
+		ev.reply <- fmt.Errorf("no agent named %q: %w", ev.name, ErrNoAgent)
+		return
+	}
+	a.held = true
+	switch {
+	case a.state == StateBackoff && len(a.waiters) == 0:
+		a.timerGen++ // the pending restart is off
+		a.state = StateStopped
+		sv.audit(a, "agent_stopped", ev.reason)
+	case a.state == StateStarting:
+		a.stopOnStart = ev.reason // stopped once its start completes
+	}
+	if a.sess != nil && a.sess != a.stopping {
+		sv.stopSession(ctx, a, ev.reason)
+	}
+	ev.reply <- nil
+}
+
+// onReset releases a held agent and clears a failed state.
+func (sv *Supervisor) onReset(ctx context.Context, all map[string]*agent, ev resetReq) {
+	a := all[ev.name]
+	if a == nil || a.removed {
+		ev.reply <- fmt.Errorf("no agent named %q: %w", ev.name, ErrNoAgent)
+		return
+	}
+	a.held, a.stopOnStart = false, ""
+	if a.state == StateFailed {
+		clearFailed(a)
+		sv.audit(a, "agent_reset", "operator restart")
+		if a.def.Autostart {
+			sv.start(ctx, a)
+		}
+	}
+	ev.reply <- nil
+}
+
+// onStarted takes in the outcome of a start: the session, or the
+// failure.
+func (sv *Supervisor) onStarted(ctx context.Context, all map[string]*agent, ev startedEv) {
+	a := all[ev.name]
+	if ev.res.err != nil {
 		if a.removed {
 			delete(all, ev.name)
 			return
 		}
-		restart := a.restart != "" && !a.held
-		a.restart = ""
-		if err := ev.sess.Err(); err != nil {
-			a.lastErr = err
-			sv.crashed(ctx, a, err)
-			return
+		// A restart asked for during this start is done: the next
+		// start uses the definition in force.
+		a.lastErr, a.stopOnStart, a.restart = ev.res.err, "", ""
+		sv.log.Error("agent start failed", "agent", a.def.Name, "error", ev.res.err)
+		sv.crashed(ctx, a, ev.res.err)
+		return
+	}
+	a.sess, a.state = ev.res.sess, StateRunning
+	a.announced = ev.res.sess.cfg.Subscriptions
+	if sv.cfg.OnStarted != nil {
+		sv.cfg.OnStarted(a.sess)
+	}
+	// Started under definitions since replaced: bring its
+	// subscriptions up to date now, and replace it once idle.
+	sv.announce(a)
+	handOut := true
+	switch why := a.stopOnStart; {
+	case a.restart != "" || a.removed:
+		// Waiters get the next session, started once this one ends.
+		sv.retire(a)
+		handOut = false
+	case why != "" && len(a.waiters) == 0:
+		sv.stopSession(ctx, a, why)
+	}
+	a.stopOnStart = ""
+	if handOut {
+		for _, w := range a.waiters {
+			w <- result{sess: a.sess}
 		}
-		a.state, a.attempt = StateStopped, 0
-		if (a.def.Autostart && !a.held) || len(a.waiters) > 0 || restart {
-			if restart {
-				sv.cfg.Metrics.restarted(a.def.Name, "reload")
-			}
-			sv.start(ctx, a)
+		a.waiters = nil
+	}
+	sv.wg.Add(1)
+	go func(s *Session) {
+		defer sv.wg.Done()
+		<-s.Done()
+		select {
+		case sv.events <- endedEv{name: a.def.Name, sess: s}:
+		case <-ctx.Done():
 		}
-	case retryEv:
-		a := all[ev.name]
-		if a == nil || a.removed {
-			return
+	}(a.sess)
+}
+
+// onEnded handles the end of a session: stopped, retired or crashed.
+func (sv *Supervisor) onEnded(ctx context.Context, all map[string]*agent, ev endedEv) {
+	a := all[ev.name]
+	if a.sess != ev.sess {
+		return
+	}
+	a.sess, a.stopping, a.announced = nil, nil, nil
+	if a.removed {
+		delete(all, ev.name)
+		return
+	}
+	restart := a.restart != "" && !a.held
+	a.restart = ""
+	if err := ev.sess.Err(); err != nil {
+		a.lastErr = err
+		sv.crashed(ctx, a, err)
+		return
+	}
+	a.state, a.attempt = StateStopped, 0
+	if (a.def.Autostart && !a.held) || len(a.waiters) > 0 || restart {
+		if restart {
+			sv.cfg.Metrics.restarted(a.def.Name, "reload")
 		}
-		if a.state == StateBackoff && ev.gen == a.timerGen && (!a.held || len(a.waiters) > 0) {
-			sv.cfg.Metrics.restarted(a.def.Name, "crash")
-			sv.start(ctx, a)
-		}
-	case failedRetryEv:
-		a := all[ev.name]
-		if a == nil || a.removed || a.state != StateFailed || ev.gen != a.timerGen {
-			return // started by an operator or a reload meanwhile
-		}
-		// As an operator's start would, but the failures in a row are
-		// kept: failing again means a longer cool-down.
-		a.state, a.crashes, a.attempt, a.retryAt = StateStopped, nil, 0, time.Time{}
-		a.retriedAt = sv.cfg.Clock.Now()
-		sv.audit(a, "agent_retry", fmt.Sprintf("trying again after a cool-down of %s (failed %d time(s) in a row)", FailedCoolDown(a.failures-1), a.failures))
-		// Started now if kept running; else by the first work sent to it
-		// (a waiting delivery is retried within a minute).
-		if a.def.Autostart && !a.held {
-			sv.cfg.Metrics.restarted(a.def.Name, "retry")
-			sv.start(ctx, a)
-		}
+		sv.start(ctx, a)
+	}
+}
+
+// onRetry starts an agent whose backoff has passed.
+func (sv *Supervisor) onRetry(ctx context.Context, all map[string]*agent, ev retryEv) {
+	a := all[ev.name]
+	if a == nil || a.removed {
+		return
+	}
+	if a.state == StateBackoff && ev.gen == a.timerGen && (!a.held || len(a.waiters) > 0) {
+		sv.cfg.Metrics.restarted(a.def.Name, "crash")
+		sv.start(ctx, a)
+	}
+}
+
+// onFailedRetry ends a failed agent's cool-down.
+func (sv *Supervisor) onFailedRetry(ctx context.Context, all map[string]*agent, ev failedRetryEv) {
+	a := all[ev.name]
+	if a == nil || a.removed || a.state != StateFailed || ev.gen != a.timerGen {
+		return // started by an operator or a reload meanwhile
+	}
+	// As an operator's start would, but the failures in a row are
+	// kept: failing again means a longer cool-down.
+	a.state, a.crashes, a.attempt, a.retryAt = StateStopped, nil, 0, time.Time{}
+	a.retriedAt = sv.cfg.Clock.Now()
+	sv.audit(a, "agent_retry", fmt.Sprintf("trying again after a cool-down of %s (failed %d time(s) in a row)", FailedCoolDown(a.failures-1), a.failures))
+	// Started now if kept running; else by the first work sent to it
+	// (a waiting delivery is retried within a minute).
+	if a.def.Autostart && !a.held {
+		sv.cfg.Metrics.restarted(a.def.Name, "retry")
+		sv.start(ctx, a)
 	}
 }
 
@@ -498,7 +563,7 @@ func failedError(a *agent) error {
 // unless ctx ends first. The goroutine is the supervisor's (sv.wg). A
 // timer overtaken by events is not stopped: its event carries the
 // agent's timer generation and is ignored when stale.
-func (sv *Supervisor) after(ctx context.Context, d time.Duration, ev any) {
+func (sv *Supervisor) after(ctx context.Context, d time.Duration, ev svMsg) {
 	t := sv.cfg.Clock.NewTimer(d)
 	sv.wg.Add(1)
 	go func() {
@@ -562,7 +627,7 @@ func (sv *Supervisor) shutdown(all map[string]*agent) {
 }
 
 // request sends a request to Run, or fails when ctx ends first.
-func (sv *Supervisor) request(ctx context.Context, req any) error {
+func (sv *Supervisor) request(ctx context.Context, req svMsg) error {
 	select {
 	case sv.events <- req:
 		return nil
@@ -571,18 +636,29 @@ func (sv *Supervisor) request(ctx context.Context, req any) error {
 	}
 }
 
-// Ensure returns the agent's running session, starting one if needed.
-func (sv *Supervisor) Ensure(ctx context.Context, name string) (*Session, error) {
-	reply := make(chan result, 1)
-	if err := sv.request(ctx, ensureReq{name: name, reply: reply}); err != nil {
-		return nil, err
+// ask sends Run the request newReq builds around a fresh reply channel,
+// and returns the reply, or ctx's error if it ends first.
+func ask[T any](ctx context.Context, sv *Supervisor, newReq func(reply chan T) svMsg) (T, error) {
+	var zero T
+	reply := make(chan T, 1)
+	if err := sv.request(ctx, newReq(reply)); err != nil {
+		return zero, err
 	}
 	select {
 	case r := <-reply:
-		return r.sess, r.err
+		return r, nil
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return zero, ctx.Err()
 	}
+}
+
+// Ensure returns the agent's running session, starting one if needed.
+func (sv *Supervisor) Ensure(ctx context.Context, name string) (*Session, error) {
+	r, err := ask(ctx, sv, func(reply chan result) svMsg { return ensureReq{name: name, reply: reply} })
+	if err != nil {
+		return nil, err
+	}
+	return r.sess, r.err
 }
 
 // Prompt sends a prompt to an agent, starting its session if needed.
@@ -609,16 +685,7 @@ func (sv *Supervisor) States(ctx context.Context) (map[string]AgentState, error)
 
 // Agents returns every agent's status, in the order of the definitions.
 func (sv *Supervisor) Agents(ctx context.Context) ([]AgentStatus, error) {
-	reply := make(chan []AgentStatus, 1)
-	if err := sv.request(ctx, stateReq{reply: reply}); err != nil {
-		return nil, err
-	}
-	select {
-	case all := <-reply:
-		return all, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
+	return ask(ctx, sv, func(reply chan []AgentStatus) svMsg { return stateReq{reply: reply} })
 }
 
 func (sv *Supervisor) statuses(all map[string]*agent) []AgentStatus {
@@ -650,16 +717,11 @@ func (sv *Supervisor) statuses(all map[string]*agent) []AgentStatus {
 // agent: it is not restarted by autostart until Start. Work sent to it
 // (a delivery, a query) still starts it on demand.
 func (sv *Supervisor) Stop(ctx context.Context, name, reason string) error {
-	reply := make(chan error, 1)
-	if err := sv.request(ctx, stopReq{name: name, reason: reason, reply: reply}); err != nil {
-		return err
+	err, askErr := ask(ctx, sv, func(reply chan error) svMsg { return stopReq{name: name, reason: reason, reply: reply} })
+	if askErr != nil {
+		return askErr
 	}
-	select {
-	case err := <-reply:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return err
 }
 
 // Start starts an agent's session if it has none: an operator's start,
@@ -675,16 +737,11 @@ func (sv *Supervisor) Start(ctx context.Context, name string) (*Session, error) 
 // restart), at once rather than after its cool-down; its cool-downs start
 // over.
 func (sv *Supervisor) Reset(ctx context.Context, name string) error {
-	reply := make(chan error, 1)
-	if err := sv.request(ctx, resetReq{name: name, reply: reply}); err != nil {
-		return err
+	err, askErr := ask(ctx, sv, func(reply chan error) svMsg { return resetReq{name: name, reply: reply} })
+	if askErr != nil {
+		return askErr
 	}
-	select {
-	case err := <-reply:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return err
 }
 
 // Announcements returns the subscriptions to announce to reader, in the

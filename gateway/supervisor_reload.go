@@ -39,16 +39,7 @@ func (c Changes) Empty() bool {
 // once idle. Readers whose subscriptions changed are told at once. The
 // caller has validated set.
 func (sv *Supervisor) Reload(ctx context.Context, set *agents.Set) (Changes, error) {
-	reply := make(chan Changes, 1)
-	if err := sv.request(ctx, reloadReq{set: set, reply: reply}); err != nil {
-		return Changes{}, err
-	}
-	select {
-	case c := <-reply:
-		return c, nil
-	case <-ctx.Done():
-		return Changes{}, ctx.Err()
-	}
+	return ask(ctx, sv, func(reply chan Changes) svMsg { return reloadReq{set: set, reply: reply} })
 }
 
 // reload applies a new set; it runs on Run's goroutine.
