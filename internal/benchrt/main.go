@@ -102,6 +102,19 @@ func publish(out *bufio.Writer, n, rate int) {
 func controller(in *bufio.Scanner, out *bufio.Writer, n int, path string) {
 	sent := make([]int64, 0, n)
 	recv := make([]int64, 0, n)
+	serveDeliveries(in, out, func(t, now int64) {
+		if len(sent) < n {
+			sent, recv = append(sent, t), append(recv, now)
+			if len(sent) == n {
+				write(path, sent, recv)
+			}
+		}
+	})
+}
+
+// serveDeliveries answers start with ready and every delivery with
+// result, after passing record its send time and when it was received.
+func serveDeliveries(in *bufio.Scanner, out *bufio.Writer, record func(sent, recv int64)) {
 	for in.Scan() {
 		line := in.Bytes()
 		if bytes.Contains(line, typeStart) {
@@ -114,14 +127,9 @@ func controller(in *bufio.Scanner, out *bufio.Writer, n int, path string) {
 		if !ok {
 			continue
 		}
+		record(t, now)
 		out.WriteString(`{"type":"result","duration_ms":0,"num_turns":1,"cost_usd":0,"is_error":false}` + "\n")
 		out.Flush()
-		if len(sent) < n {
-			sent, recv = append(sent, t), append(recv, now)
-			if len(sent) == n {
-				write(path, sent, recv)
-			}
-		}
 	}
 }
 
@@ -220,21 +228,8 @@ func controllerLog(in *bufio.Scanner, out *bufio.Writer, path string) {
 		os.Exit(1)
 	}
 	log := bufio.NewWriter(f)
-	for in.Scan() {
-		line := in.Bytes()
-		if bytes.Contains(line, typeStart) {
-			out.WriteString(`{"type":"ready"}` + "\n")
-			out.Flush()
-			continue
-		}
-		now := time.Now().UnixNano()
-		t, ok := sendTime(line)
-		if !ok {
-			continue
-		}
+	serveDeliveries(in, out, func(t, now int64) {
 		fmt.Fprintf(log, "%d %d\n", t, now)
 		log.Flush()
-		out.WriteString(`{"type":"result","duration_ms":0,"num_turns":1,"cost_usd":0,"is_error":false}` + "\n")
-		out.Flush()
-	}
+	})
 }
