@@ -204,7 +204,7 @@ func (g *Gateway) admit(reply *PendingReply, a admitted) {
 		g.mu.Unlock()
 		g.counted(a, "held", nil)
 		g.log.Info("approval item waiting for an operator", "id", item.ID, "from", reader, "to", controller, "what", itemSubject(item),
-			"expires", item.ExpiresAt.Format(time.RFC3339), "decide", g.decideHint())
+			"expires", item.ExpiresAt.Format(time.RFC3339), "decide", g.command("approvals"))
 		// The verdict comes when an operator decides; until then later
 		// answers to this Reader need not wait.
 		reply.Skip()
@@ -225,13 +225,14 @@ func (g *Gateway) counted(a admitted, outcome string, e *bcp.Error) {
 	}
 }
 
-// decideHint is the command that opens the approval queue of this
-// gateway, for log lines about items waiting.
-func (g *Gateway) decideHint() string {
+// command is the bcpgw command line that runs sub against this gateway,
+// for log lines that tell an operator what to do ("bcpgw approvals
+// --state DIR").
+func (g *Gateway) command(sub string) string {
 	if g.cfg.StateDir == "" {
-		return "bcpgw approvals"
+		return "bcpgw " + sub
 	}
-	return "bcpgw approvals --state " + g.cfg.StateDir
+	return "bcpgw " + sub + " --state " + g.cfg.StateDir
 }
 
 func itemSubject(a store.Approval) string {

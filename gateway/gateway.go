@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -199,11 +198,11 @@ func (g *Gateway) Run(ctx context.Context) error {
 	// how to decide them, where an operator looks first.
 	if b, err := g.cfg.Store.BacklogCounts(ctx); err == nil {
 		if b.Approvals > 0 {
-			g.log.Info("approval items from before the restart wait for an operator", "pending", b.Approvals, "decide", g.decideHint())
+			g.log.Info("approval items from before the restart wait for an operator", "pending", b.Approvals, "decide", g.command("approvals"))
 		}
 		if b.Parked > 0 {
 			g.log.Warn("parked deliveries wait for an operator to retry or discard them", "parked", b.Parked,
-				"list", strings.Replace(g.decideHint(), "approvals", "deliveries list", 1))
+				"list", g.command("deliveries list"))
 		}
 	}
 	g.sched.start(ctx, g.set.Load())
