@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode"
@@ -208,7 +209,10 @@ type Session struct {
 	sends  chan any    // messages sent right away (not turns)
 	stopCh chan string // stop requests, with a reason
 	idleCh chan string // stop-when-idle requests, with a reason
-	done   chan struct{}
+	// idleAsked is set by StopWhenIdle before it asks run: a Turn that
+	// comes after it must not be taken, even if run sees the turn first.
+	idleAsked atomic.Bool
+	done      chan struct{}
 	// gone is closed when the runtime's process has exited, which may be
 	// before its pipes are drained (never, if pidfds are not available):
 	// what a throttled runtime left in its pipe is then read at once.
@@ -490,6 +494,15 @@ func (s *Session) TurnSent(ctx context.Context, msg any) (sent <-chan struct{}, 
 }
 
 func (s *Session) queueTurn(ctx context.Context, t turn) error {
+	if s.idleAsked.Load() {
+		// Stopping once idle: the work goes to the next session.
+		select {
+		case <-s.done:
+			return ErrSessionClosed
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	select {
 	case s.work <- t:
 		return nil
@@ -611,6 +624,7 @@ func (s *Session) Stop(ctx context.Context, reason string) error {
 // ErrSessionClosed, so work goes to the next session. It never blocks;
 // only the first reason counts.
 func (s *Session) StopWhenIdle(reason string) {
+	s.idleAsked.Store(true)
 	select {
 	case s.idleCh <- reason:
 	default: // a stop is already pending
