@@ -295,6 +295,17 @@ type Subscription struct {
 	Spec       bcp.Spec
 	// Bits is what one accepted push is charged, computed once at load.
 	Bits float64
+	// RateLimit bounds the pushes the gateway accepts on this subscription
+	// (rate_limit): at most Limit in any Window; nil: no limit.
+	RateLimit *Rate
+	// Filter decides which accepted pushes are delivered (filter); nil:
+	// every one.
+	Filter *Filter
+	// Debounce and Batch are decoded and checked, but not enforced yet:
+	// Load refuses a definition that sets them, so they are nil in a
+	// loaded set (policy.go).
+	Debounce *Debounce
+	Batch    *Batch
 
 	path string // e.g. "bcp_channels[0].subscriptions[1]"
 }

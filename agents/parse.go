@@ -540,7 +540,12 @@ func (d *decoder) subscriptions(subs *yaml.Node, sp string, c *Channel, prepare 
 func (d *decoder) subscription(n *yaml.Node, path string, max bcp.Category) *Subscription {
 	s := &Subscription{path: path}
 	spec := &s.Spec
+	pol := d.policy(s, path) // rate_limit, filter, debounce, batch (policy.go)
 	ok := d.mapping(n, path, fields{
+		"rate_limit": pol.rateLimit,
+		"filter":     pol.filterKey,
+		"debounce":   pol.debounce,
+		"batch":      pol.batch,
 		"id": func(n *yaml.Node, p string) {
 			if v, good := d.str(n, p); good {
 				if !subscriptionID.MatchString(v) {
@@ -603,6 +608,7 @@ func (d *decoder) subscription(n *yaml.Node, path string, max bcp.Category) *Sub
 	// so that what a Reader is told is complete per question.
 	*spec = spec.Complete()
 	s.Bits = bcp.Bits(*spec)
+	pol.finish(*spec)
 	return s
 }
 
