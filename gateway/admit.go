@@ -25,7 +25,8 @@ type admitted struct {
 	bits   float64
 	query  *pendingQuery // nil for a push
 	subID  string
-	detail string // the success detail the Reader hears
+	detail string     // the success detail the Reader hears
+	rates  []rateSlot // a push's places in the rate limits: given back if it is not kept
 }
 
 // publish handles a Reader's push (PROTOCOL.md section 5, Push).
@@ -51,6 +52,13 @@ func (g *Gateway) publish(s *Session, env runtime.Envelope, r runtime.Response) 
 	// Validation, the costly part, runs unlocked; the budgets are then
 	// checked and charged in one step, under the lock.
 	v := ValidatePublish(set, Publish{Reader: s.Name(), Controller: r.Controller, SubscriptionID: r.SubscriptionID, Response: r.Response})
+	if v.Filtered { // accepted, not delivered (subscription_policy.go)
+		slot.release()
+		g.backlog.release(pair)
+		g.recordFiltered(s.Name(), v, reply)
+		return
+	}
+	subSlot := g.rates.subscriptionRate(&v, g.now()) // the subscription's rate_limit
 	var link *agents.Link
 	if v.Accepted() {
 		link = set.Link(r.Controller, s.Name())
@@ -60,6 +68,7 @@ func (g *Gateway) publish(s *Session, env runtime.Envelope, r runtime.Response) 
 	}
 	if !v.Accepted() {
 		slot.release()
+		subSlot.release()
 		g.backlog.release(pair)
 		g.refused(s.Name(), r.Controller, v.Err, env.Raw, r.SubscriptionID)
 		g.metrics.publish("refused", v.Err)
@@ -68,7 +77,7 @@ func (g *Gateway) publish(s *Session, env runtime.Envelope, r runtime.Response) 
 	}
 	g.admit(reply, admitted{
 		link: link, sess: s, spec: v.Subscription.Spec, result: v.Result, bits: v.Charged(),
-		subID: r.SubscriptionID, detail: v.Detail(),
+		subID: r.SubscriptionID, detail: v.Detail(), rates: []rateSlot{slot, subSlot},
 	})
 }
 
@@ -147,6 +156,9 @@ func (g *Gateway) admit(reply *PendingReply, a admitted) {
 			g.mu.Lock()
 			g.budgets.refundPush(a.link, a.sess, a.bits)
 			g.mu.Unlock()
+			for _, slot := range a.rates {
+				slot.release()
+			}
 		}
 		g.log.Error("could not store accepted data; refusing it", "reader", reader, "controller", controller, "error", err)
 		refusal := bcp.Errorf(bcp.ControllerUnavailable, "The gateway could not store this for '%s' (%v); nothing was delivered", controller, err)

@@ -51,7 +51,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		publishes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bcpgw_publishes_total",
-			Help: "Pushes (BCPPublish) from Readers by outcome: delivered (stored for its Controller), held (for an operator), refused (with its error code).",
+			Help: "Pushes (BCPPublish) from Readers by outcome: delivered (stored for its Controller), held (for an operator), filtered (accepted, but kept from the Controller by its subscription's filter), refused (with its error code).",
 		}, []string{"outcome", "code"}),
 		queries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bcpgw_queries_total",

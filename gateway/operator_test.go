@@ -379,10 +379,10 @@ func TestOperatorApproveDeliversAndRecordsThePeer(t *testing.T) {
 
 	// The store records who decided, as the kernel told the server.
 	st := e.approval(item.ID)
-	if st.Status != store.ApprovalApproved || st.DecidedBy != opUser() || st.DecidedUID != os.Getuid() || st.DecidedPID != os.Getpid() ||
+	if st.Status != store.ApprovalApproved || st.DecidedBy != (store.Decider{Name: opUser(), UID: os.Getuid(), PID: os.Getpid()}) ||
 		st.DecidedSHA256 != item.SHA256 || st.Note != note {
 		t.Errorf("stored item: status %s, by %q uid %d pid %d, sha %s, note %q; want approved by %q uid %d pid %d, sha %s, note %q",
-			st.Status, st.DecidedBy, st.DecidedUID, st.DecidedPID, st.DecidedSHA256, st.Note,
+			st.Status, st.DecidedBy.Name, st.DecidedBy.UID, st.DecidedBy.PID, st.DecidedSHA256, st.Note,
 			opUser(), os.Getuid(), os.Getpid(), item.SHA256, note)
 	}
 	got, err := op.cl.Approval(ctx, item.ID)
@@ -543,8 +543,8 @@ func TestOperatorConcurrentClientsDecideOnce(t *testing.T) {
 			!w.approve && (st.Status != store.ApprovalRejected || st.Reason != w.text || st.Note != ""):
 			t.Errorf("round %d: stored %s, note %q, reason %q; the winner was %+v", i, st.Status, st.Note, st.Reason, w)
 		}
-		if st.DecidedPID != os.Getpid() || st.DecidedBy != opUser() {
-			t.Errorf("round %d: decided by %q pid %d", i, st.DecidedBy, st.DecidedPID)
+		if st.DecidedBy.PID != os.Getpid() || st.DecidedBy.Name != opUser() {
+			t.Errorf("round %d: decided by %q pid %d", i, st.DecidedBy.Name, st.DecidedBy.PID)
 		}
 		if w.approve {
 			approvedIDs[item.ID] = true

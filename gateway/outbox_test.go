@@ -188,13 +188,13 @@ func TestPoisonDeliveryIsParkedThenRetriedByAnOperator(t *testing.T) {
 
 	// Only parked deliveries are the operator's.
 	ctx := context.Background()
-	if _, err := e.gw.RetryDelivery(ctx, seeded[1].ID, Decider{Name: "alice"}); !errors.Is(err, store.ErrNotParked) {
+	if _, err := e.gw.RetryDelivery(ctx, seeded[1].ID, store.Decider{Name: "alice"}); !errors.Is(err, store.ErrNotParked) {
 		t.Errorf("retry of a delivered delivery: %v, want ErrNotParked", err)
 	}
-	if _, err := e.gw.DiscardDelivery(ctx, "dl-nope", Decider{Name: "alice"}, ""); !errors.Is(err, store.ErrNotFound) {
+	if _, err := e.gw.DiscardDelivery(ctx, "dl-nope", store.Decider{Name: "alice"}, ""); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("discard of an unknown delivery: %v, want ErrNotFound", err)
 	}
-	if _, err := e.gw.RetryDelivery(ctx, seeded[0].ID, Decider{Name: "alice", UID: 1000, PID: 42}); err != nil {
+	if _, err := e.gw.RetryDelivery(ctx, seeded[0].ID, store.Decider{Name: "alice", UID: 1000, PID: 42}); err != nil {
 		t.Fatal(err)
 	}
 	applied = e.waitRecords("main", "applied", 2)
@@ -215,14 +215,14 @@ func TestDiscardedDeliveryIsDroppedWithWhoAndWhy(t *testing.T) {
 		failedBefore(t, c.Store, seeded[0].ID, MaxDeliveryFailures-1)
 	})
 	e.waitEvent("delivery_parked", "")
-	d, err := e.gw.DiscardDelivery(context.Background(), seeded[0].ID, Decider{Name: "bob"}, "poison")
+	d, err := e.gw.DiscardDelivery(context.Background(), seeded[0].ID, store.Decider{Name: "bob"}, "poison")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d.State != store.DeliveryDropped || d.DoneDetail != "discarded by bob: poison" {
 		t.Errorf("discarded delivery = %+v", d)
 	}
-	if _, err := e.gw.RetryDelivery(context.Background(), seeded[0].ID, Decider{Name: "bob"}); !errors.Is(err, store.ErrNotParked) {
+	if _, err := e.gw.RetryDelivery(context.Background(), seeded[0].ID, store.Decider{Name: "bob"}); !errors.Is(err, store.ErrNotParked) {
 		t.Errorf("retry after discard: %v, want ErrNotParked", err)
 	}
 	e.waitEvent("delivery_discarded", "")

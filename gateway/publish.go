@@ -41,6 +41,12 @@ type Verdict struct {
 	// Err is the refusal, or nil when the publish is accepted (Route
 	// deliver or review).
 	Err *bcp.Error
+	// Filtered is set on an accepted publish that the subscription's
+	// filter kept from the Controller: it is recorded, not delivered and
+	// not charged. FilterErr is why, when the filter failed rather than
+	// said no (a failure never delivers).
+	Filtered  bool
+	FilterErr error
 }
 
 // Accepted reports whether the publish goes on to delivery or review.
@@ -49,7 +55,7 @@ func (v Verdict) Accepted() bool { return v.Err == nil }
 // Charged returns the bits the publish costs: the subscription's bits
 // (computed once, at load) when accepted, nothing when refused.
 func (v Verdict) Charged() float64 {
-	if v.Err != nil {
+	if v.Err != nil || v.Filtered {
 		return 0
 	}
 	return v.Subscription.Bits
@@ -64,6 +70,9 @@ func (v Verdict) Detail() string {
 		return v.Err.Error()
 	}
 	s := v.Subscription
+	if v.Filtered {
+		return filteredDetail(v)
+	}
 	if v.Result.Route == bcp.RouteReview {
 		return fmt.Sprintf("Queued for operator review before delivery to controller %s (Cat-%d, %s)", s.Controller, s.Spec.Category, bcp.FormatBits(s.Bits))
 	}
@@ -71,8 +80,10 @@ func (v Verdict) Detail() string {
 }
 
 // JudgePublish runs every check the gateway applies to a publish, in
-// order: the Reader's BCPPublish right, the subscription, validation, then
-// the budgets left(link) reports. It does not charge anything: the caller
+// order: the Reader's BCPPublish right, the subscription, validation, the
+// subscription's filter, then the budgets left(link) reports. The
+// subscription's rate limit, which depends on the pushes before, is not
+// among them. It does not charge anything: the caller
 // charges Verdict.Charged() when it accepts the verdict. bcpgw check uses
 // it with FreshBudgets; the gateway runs the same two steps, the second
 // under its budget lock together with the charge (budgets.admitPush).
@@ -85,8 +96,9 @@ func JudgePublish(set *agents.Set, p Publish, left func(*agents.Link) Remaining)
 }
 
 // ValidatePublish runs the checks of a publish that need no budget: the
-// Reader's BCPPublish right, the subscription and validation, the costly
-// part, which the gateway runs without holding any lock.
+// Reader's BCPPublish right, the subscription, validation and the
+// subscription's filter, the costly part, which the gateway runs without
+// holding any lock.
 func ValidatePublish(set *agents.Set, p Publish) Verdict {
 	refuse := func(code bcp.Code, format string, args ...any) Verdict {
 		return Verdict{Result: bcp.Result{Route: bcp.RouteReject}, Err: bcp.Errorf(code, format, args...)}
@@ -104,14 +116,15 @@ func ValidatePublish(set *agents.Set, p Publish) Verdict {
 	if err != nil {
 		v.Err = asBCPError(err)
 	}
+	v.filter() // subscription_policy.go
 	return v
 }
 
 // Afford refuses an accepted verdict with budget_exhausted when either
-// budget in left is short of the subscription's bits. A refused verdict
-// is left as it is.
+// budget in left is short of the subscription's bits. A refused or
+// filtered verdict is left as it is: it costs nothing.
 func (v *Verdict) Afford(left Remaining) {
-	if !v.Accepted() {
+	if !v.Accepted() || v.Filtered {
 		return
 	}
 	sub := v.Subscription

@@ -647,7 +647,7 @@ func TestQueryCat3AnswerRejectedByOperator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.Status != store.ApprovalRejected || a.DecidedBy != "tester" || a.Reason != "no" {
+	if a.Status != store.ApprovalRejected || a.DecidedBy.Name != "tester" || a.Reason != "no" {
 		t.Errorf("decided item = %+v", a)
 	}
 	if ds, _ := e.store.Deliveries(context.Background()); len(ds) != 0 {

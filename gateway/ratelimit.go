@@ -25,11 +25,51 @@ type rateLimiter struct {
 	logs map[rateKey][]time.Time // oldest first
 }
 
-// rateKey is one side's count of one category on one channel.
+// rateKey is one side's count of one category on one channel, or (sub
+// set) one subscription's count (rate_limit, subscription_policy.go).
 type rateKey struct {
 	controller, reader string
 	cat                bcp.Category
 	side               agents.Role
+	sub                string
+}
+
+// window is a count a message must fit in: its key and its rate.
+type window struct {
+	key  rateKey
+	rate agents.Rate
+}
+
+// take admits one message at now into every window of ws, all or none.
+// When one is full it admits nothing and returns that window's index and
+// how long until it has room (at least a second, as refusals say it);
+// else the reservation and -1.
+func (rl *rateLimiter) take(now time.Time, ws []window) (rateSlot, int, time.Duration) {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	if rl.logs == nil {
+		rl.logs = map[rateKey][]time.Time{}
+	}
+	for i, w := range ws {
+		log := rl.logs[w.key]
+		// Forget what left the window.
+		from := now.Add(-w.rate.Window)
+		drop := 0
+		for drop < len(log) && !log[drop].After(from) {
+			drop++
+		}
+		log = log[drop:]
+		rl.logs[w.key] = log
+		if len(log) >= w.rate.Limit {
+			return rateSlot{}, i, max(log[0].Add(w.rate.Window).Sub(now).Round(time.Second), time.Second)
+		}
+	}
+	slot := rateSlot{rl: rl, at: now}
+	for _, w := range ws {
+		rl.logs[w.key] = append(rl.logs[w.key], now)
+		slot.keys = append(slot.keys, w.key)
+	}
+	return slot, -1, 0
 }
 
 // rateSlot is a reservation: release gives it back.
@@ -87,32 +127,15 @@ func (rl *rateLimiter) reserve(link *agents.Link, cat bcp.Category, now time.Tim
 			return rateSlot{}, bcp.Errorf(bcp.CategoryNotAllowed, "Cat-%d is denied on %s: rates.cat%d is 0 in %s's definition", cat, between, cat, s.def.Name)
 		}
 	}
-	rl.mu.Lock()
-	defer rl.mu.Unlock()
-	if rl.logs == nil {
-		rl.logs = map[rateKey][]time.Time{}
+	ws := make([]window, len(sides))
+	for i, s := range sides {
+		ws[i] = window{rateKey{controller: link.Controller.Name, reader: link.Reader.Name, cat: cat, side: s.role}, s.rate}
 	}
-	slot := rateSlot{rl: rl, at: now}
-	for _, s := range sides {
-		k := rateKey{link.Controller.Name, link.Reader.Name, cat, s.role}
-		log := rl.logs[k]
-		// Forget what left the window.
-		from := now.Add(-s.rate.Window)
-		drop := 0
-		for drop < len(log) && !log[drop].After(from) {
-			drop++
-		}
-		log = log[drop:]
-		rl.logs[k] = log
-		if len(log) >= s.rate.Limit {
-			wait := log[0].Add(s.rate.Window).Sub(now).Round(time.Second)
-			return rateSlot{}, bcp.Errorf(bcp.RateLimited, "Cat-%d rate limit reached on %s: %s in %s's rates; the next is allowed in %s",
-				cat, between, s.rate, s.def.Name, max(wait, time.Second))
-		}
-		slot.keys = append(slot.keys, k)
-	}
-	for _, k := range slot.keys {
-		rl.logs[k] = append(rl.logs[k], now)
+	slot, full, wait := rl.take(now, ws)
+	if full >= 0 {
+		s := sides[full]
+		return rateSlot{}, bcp.Errorf(bcp.RateLimited, "Cat-%d rate limit reached on %s: %s in %s's rates; the next is allowed in %s",
+			cat, between, s.rate, s.def.Name, wait)
 	}
 	return slot, nil
 }

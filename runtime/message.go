@@ -121,6 +121,10 @@ type ValidationResult struct {
 	SubscriptionID string `json:"subscription_id,omitempty"`
 	Success        bool   `json:"success"`
 	Detail         string `json:"detail"`
+	// Filtered (new) is set, with Success, when a push was accepted but
+	// its subscription's filter kept it from the Controller: it was
+	// recorded, not delivered and not charged.
+	Filtered bool `json:"filtered,omitempty"`
 }
 
 // ResponseDelivery brings validated data to a Controller as its next turn.

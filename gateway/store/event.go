@@ -95,6 +95,15 @@ func (s *Store) Append(events ...Event) {
 	s.writeAsync(func(tx *wtx) error { return insertEvents(tx, events) })
 }
 
+// AppendThen is Append with an outcome: then receives nil once the
+// events are durable, or the error, on the store's writer goroutine, so
+// it must not block. For records that an answer waits on, such as a push
+// a subscription's filter kept from delivery.
+func (s *Store) AppendThen(events []Event, then func(error)) {
+	events = withRef(events, "")
+	s.writeThen(func(tx *wtx) error { return insertEvents(tx, events) }, then)
+}
+
 // AppendSync stores events and waits until they are durable.
 func (s *Store) AppendSync(ctx context.Context, events ...Event) error {
 	return s.write(ctx, func(tx *wtx) error { return insertEvents(tx, events) })

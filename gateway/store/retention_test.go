@@ -72,7 +72,7 @@ func TestRetentionPrunesWhatFinishedBeforeTheCutoff(t *testing.T) {
 		s.FinishDelivery(id, state, "", at, Event{Time: at, Kind: "delivery_" + string(state), Agent: "main"})
 	}
 	decide := func(a *Approval, at time.Time) {
-		if _, _, err := s.Decide(ctx, Decision{ID: a.ID, Status: ApprovalRejected, By: "alice", Reason: "no", At: at}); err != nil {
+		if _, _, err := s.Decide(ctx, Decision{ID: a.ID, Status: ApprovalRejected, By: Decider{Name: "alice"}, Reason: "no", At: at}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -64,6 +64,7 @@ type record struct {
 	Response       json.RawMessage `json:"response,omitempty"`
 	Prompt         string          `json:"prompt,omitempty"`
 	Anomalies      int             `json:"anomalies,omitempty"`
+	Filtered       bool            `json:"filtered,omitempty"` // a verdict's
 }
 
 type publish struct {
@@ -181,7 +182,7 @@ func main() {
 				if err != nil {
 					return
 				}
-				log.write(record{Event: "verdict", Index: n, SubscriptionID: r.SubscriptionID, Success: r.Success, Detail: r.Detail})
+				log.write(record{Event: "verdict", Index: n, SubscriptionID: r.SubscriptionID, Success: r.Success, Detail: r.Detail, Filtered: r.Filtered})
 				n++
 			}
 		}
