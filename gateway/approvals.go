@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/bcpgw/bcpgw/gateway/session"
 	"time"
 
 	"github.com/bcpgw/bcpgw/agents"
@@ -29,7 +30,7 @@ func self() store.Decider { return store.Decider{Name: "bcpgw"} }
 // kept in memory only: after a restart, decisions are recorded and
 // delivered, but the sessions that sent the items are gone.
 type heldItem struct {
-	reader *Session
+	reader *session.Session
 	query  *pendingQuery
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/bcpgw/bcpgw/bcp"
 	"github.com/bcpgw/bcpgw/gateway/store"
+	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 // End-to-end tests of the approval queue (PROTOCOL.md section 5, Push):
@@ -86,7 +87,7 @@ func (e *e2e) eventsFor(kind, ref string) []store.Event {
 func (e *e2e) nextPending(seen map[string]bool) store.Approval {
 	e.t.Helper()
 	var got *store.Approval
-	if !checkFor(e.t, testWait, pollStep, func() bool {
+	if !testproc.CheckFor(testWait, pollStep, func() bool {
 		items, err := e.gw.Approvals(context.Background(), store.ApprovalPending)
 		if err != nil {
 			e.t.Fatal(err)
@@ -108,7 +109,7 @@ func (e *e2e) nextPending(seen map[string]bool) store.Approval {
 // waitDelivered waits until delivery id is marked delivered.
 func (e *e2e) waitDelivered(id string) {
 	e.t.Helper()
-	if !checkFor(e.t, testWait, pollStep, func() bool {
+	if !testproc.CheckFor(testWait, pollStep, func() bool {
 		d, err := e.store.Delivery(context.Background(), id)
 		return err == nil && d.State == store.DeliveryDelivered
 	}) {
@@ -130,11 +131,7 @@ func (e *e2e) assertNothingDelivered() {
 
 // testCtx bounds a decision: a store or gateway that hangs fails the
 // test instead of stalling it.
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), testWait)
-	t.Cleanup(cancel)
-	return ctx
-}
+func testCtx(t *testing.T) context.Context { return testproc.Context(t) }
 
 // running waits until the gateway's supervisor answers: Run is under way.
 func (e *e2e) running() {
@@ -483,7 +480,7 @@ func TestApprovalExpiry(t *testing.T) {
 		e := startE2E(t, digests(1), func(c *Config) { c.ApprovalTTL, c.ExpiryCheck = ttl, time.Hour })
 		e.prompt("researcher", "go")
 		item := e.pendingApprovals(1)[0]
-		if !checkFor(t, testWait, pollStep, func() bool { return time.Now().After(item.ExpiresAt) }) {
+		if !testproc.CheckFor(testWait, pollStep, func() bool { return time.Now().After(item.ExpiresAt) }) {
 			t.Fatal("the item's expiry never passed")
 		}
 		if st := e.approval(item.ID); st.Status != store.ApprovalPending {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/bcpgw/bcpgw/gateway/session"
 
 	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/bcp"
@@ -104,9 +105,9 @@ func agentError(name string, err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ErrNoAgent):
+	case errors.Is(err, session.ErrNoAgent):
 		return control.Errorf(control.CodeNotFound, "no agent named %q (see bcpgw agents)", name)
-	case errors.Is(err, ErrAgentFailed):
+	case errors.Is(err, session.ErrAgentFailed):
 		return control.Errorf(control.CodeAgentFailed, "%v", err)
 	}
 	return err

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/bcpgw/bcpgw/bcp"
+	"github.com/bcpgw/bcpgw/gateway/session"
 	"github.com/bcpgw/bcpgw/gateway/store"
+	"github.com/bcpgw/bcpgw/internal/testproc"
 	"github.com/bcpgw/bcpgw/runtime"
 )
 
@@ -112,7 +114,7 @@ func TestBacklogFullRefusesPushesAndChargesNothing(t *testing.T) {
 		t.Errorf("%d pushes accepted, want 2 (the backlog limit)", accepted)
 	}
 	refused := e.waitEvent("refused", string(bcp.BacklogFull))
-	if !checkFor(t, testWait, pollStep, func() bool { return len(e.events("refused", string(bcp.BacklogFull))) == 3 }) {
+	if !testproc.CheckFor(testWait, pollStep, func() bool { return len(e.events("refused", string(bcp.BacklogFull))) == 3 }) {
 		t.Errorf("backlog_full refusals audited: %d, want 3", len(e.events("refused", string(bcp.BacklogFull))))
 	}
 	if refused[0].Agent != "researcher" || refused[0].Peer != "main" || len(refused[0].Payload) == 0 {
@@ -171,7 +173,7 @@ func TestPoisonDeliveryIsParkedThenRetriedByAnOperator(t *testing.T) {
 		t.Fatalf("applied %+v, want the second delivery past the parked one", applied)
 	}
 	var d *store.Delivery
-	if !checkFor(t, testWait, pollStep, func() bool {
+	if !testproc.CheckFor(testWait, pollStep, func() bool {
 		var err error
 		d, err = e.store.Delivery(context.Background(), seeded[0].ID)
 		return err == nil && d.State == store.DeliveryParked
@@ -285,8 +287,8 @@ func TestDeliveryQueuedBehindATurnIsNotSent(t *testing.T) {
 	sess.Kill()
 	select {
 	case err := <-done:
-		if !errors.Is(err, ErrSessionClosed) {
-			t.Errorf("queued turn ended with %v, want ErrSessionClosed", err)
+		if !errors.Is(err, session.ErrSessionClosed) {
+			t.Errorf("queued turn ended with %v, want session.ErrSessionClosed", err)
 		}
 	case <-ctx.Done():
 		t.Fatal("the queued turn never ended")
