@@ -3,11 +3,11 @@ package gateway
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/bcpgw/bcpgw/gateway/session"
 	"time"
 
 	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/bcp"
+	"github.com/bcpgw/bcpgw/gateway/session"
 	"github.com/bcpgw/bcpgw/gateway/store"
 	"github.com/bcpgw/bcpgw/runtime"
 )

@@ -8,12 +8,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/bcpgw/bcpgw/gateway/session"
-
 	"github.com/hashicorp/go-hclog"
 	"github.com/robfig/cron/v3"
 
 	"github.com/bcpgw/bcpgw/agents"
+	"github.com/bcpgw/bcpgw/gateway/session"
 	"github.com/bcpgw/bcpgw/gateway/store"
 	"github.com/bcpgw/bcpgw/runtime"
 )

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"github.com/bcpgw/bcpgw/gateway/session"
 	"strconv"
 	"time"
 
@@ -10,6 +9,7 @@ import (
 
 	"github.com/bcpgw/bcpgw/bcp"
 	"github.com/bcpgw/bcpgw/gateway/egress"
+	"github.com/bcpgw/bcpgw/gateway/session"
 	"github.com/bcpgw/bcpgw/gateway/store"
 )
 

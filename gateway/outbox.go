@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/bcpgw/bcpgw/gateway/session"
-
 	"github.com/bcpgw/bcpgw/gateway/store"
 	"github.com/bcpgw/bcpgw/runtime"
 )

@@ -7,9 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bcpgw/bcpgw/gateway/session"
-
 	"github.com/bcpgw/bcpgw/bcp"
+	"github.com/bcpgw/bcpgw/gateway/session"
 	"github.com/bcpgw/bcpgw/gateway/store"
 	"github.com/bcpgw/bcpgw/runtime"
 )

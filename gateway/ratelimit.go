@@ -2,12 +2,12 @@ package gateway
 
 import (
 	"fmt"
-	"github.com/bcpgw/bcpgw/gateway/session"
 	"sync"
 	"time"
 
 	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/bcp"
+	"github.com/bcpgw/bcpgw/gateway/session"
 	"github.com/bcpgw/bcpgw/runtime"
 )
 
