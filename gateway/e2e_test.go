@@ -16,7 +16,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/bcpgw/bcpgw/agents"
-	"github.com/bcpgw/bcpgw/gateway/session"
 	"github.com/bcpgw/bcpgw/gateway/store"
 	"github.com/bcpgw/bcpgw/internal/testproc"
 )
@@ -28,8 +27,8 @@ import (
 // testWait bounds every wait of the end-to-end tests; pollStep is how
 // often they look.
 const (
-	testWait = testproc.Wait
-	pollStep = testproc.Poll
+	testWait = 30 * time.Second
+	pollStep = 10 * time.Millisecond
 )
 
 // rec is one line of a testrt log.
@@ -136,7 +135,7 @@ func newE2E(t *testing.T, dir string, set *agents.Set, vars map[string]string, t
 		Logger:      hclog.New(&hclog.LoggerOptions{Name: "gw", Output: logs, Level: hclog.Debug}),
 		ExpiryCheck: 20 * time.Millisecond,
 		StateDir:    dir,
-		Session: session.Config{
+		Session: SessionConfig{
 			Grace:     2 * time.Second,
 			LookupEnv: func(k string) (string, bool) { v, ok := vars[k]; return v, ok },
 		},
@@ -249,7 +248,7 @@ func (e *e2e) records(agent, event string) []rec {
 func (e *e2e) waitRecords(agent, event string, n int) []rec {
 	e.t.Helper()
 	var got []rec
-	if !testproc.CheckFor(testWait, pollStep, func() bool {
+	if !checkFor(e.t, testWait, pollStep, func() bool {
 		got = e.records(agent, event)
 		return len(got) >= n
 	}) {
@@ -263,7 +262,7 @@ func (e *e2e) waitRecords(agent, event string, n int) []rec {
 func (e *e2e) waitEvent(kind, code string) []store.Event {
 	e.t.Helper()
 	var got []store.Event
-	if !testproc.CheckFor(testWait, pollStep, func() bool {
+	if !checkFor(e.t, testWait, pollStep, func() bool {
 		got = e.events(kind, code)
 		return len(got) > 0
 	}) {
@@ -300,7 +299,7 @@ func (e *e2e) prompt(agent, content string) {
 func (e *e2e) pendingApprovals(n int) []store.Approval {
 	e.t.Helper()
 	var got []store.Approval
-	if !testproc.CheckFor(testWait, pollStep, func() bool {
+	if !checkFor(e.t, testWait, pollStep, func() bool {
 		var err error
 		got, err = e.gw.Approvals(context.Background(), store.ApprovalPending)
 		if err != nil {

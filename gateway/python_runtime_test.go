@@ -11,7 +11,6 @@ import (
 
 	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/bcp"
-	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 // The tests below run the reference runtime in Python
@@ -137,7 +136,7 @@ func (p *pyrt) records(agent, event string) []pyrtRecord {
 func (p *pyrt) wait(agent, event string, n int) []pyrtRecord {
 	p.t.Helper()
 	var got []pyrtRecord
-	if !testproc.CheckFor(testWait, pollStep, func() bool {
+	if !checkFor(p.t, testWait, pollStep, func() bool {
 		got = p.records(agent, event)
 		return len(got) >= n
 	}) {

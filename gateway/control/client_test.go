@@ -3,8 +3,6 @@ package control
 import (
 	"testing"
 	"time"
-
-	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 // Close returns even while the reader is stuck delivering to a full,
@@ -20,7 +18,7 @@ func TestClientCloseWithUnreadNotifications(t *testing.T) {
 	if _, err := cl.Subscribe(callCtx(t), SubscribeParams{Since: &zero}); err != nil {
 		t.Fatal(err)
 	}
-	testproc.Eventually(t, "the notification channel to fill", func() bool {
+	eventually(t, "the notification channel to fill", func() bool {
 		return len(cl.Notifications()) == cap(cl.Notifications())
 	})
 
@@ -48,5 +46,5 @@ func TestClientCloseWithUnreadNotifications(t *testing.T) {
 		t.Error("a call after Close succeeded")
 	}
 	// The server notices and drops the connection.
-	testproc.Eventually(t, "the server to drop the connection", func() bool { return ts.connCount() == 0 })
+	eventually(t, "the server to drop the connection", func() bool { return ts.connCount() == 0 })
 }

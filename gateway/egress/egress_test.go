@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/bcpgw/bcpgw/internal/netpolicy"
-	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 // A CONNECT to a listed destination is a tunnel both ways, bytes sent
@@ -456,7 +455,7 @@ func TestConcurrencyCap(t *testing.T) {
 	for range busyAnswerers {
 		f.dial()
 	}
-	if !testproc.CheckFor(testWait, 5*time.Millisecond, func() bool {
+	if !checkFor(testWait, 5*time.Millisecond, func() bool {
 		f.p.mu.Lock()
 		defer f.p.mu.Unlock()
 		return f.p.busy == busyAnswerers
@@ -530,7 +529,7 @@ func TestCloseWithOpenTunnels(t *testing.T) {
 	f.dial() // and one that never speaks
 	// A connection still in the listen backlog at Close is never
 	// accepted, and so never reported: wait until this one is.
-	if !testproc.CheckFor(testWait, 5*time.Millisecond, func() bool {
+	if !checkFor(testWait, 5*time.Millisecond, func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		return len(p.conns) == 3*2+1 // clients and destinations, and the silent one
@@ -578,7 +577,7 @@ func TestCloseWithOpenTunnels(t *testing.T) {
 	if err := p.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
-	if !testproc.CheckFor(testWait, 10*time.Millisecond, func() bool { return runtime.NumGoroutine() <= before }) {
+	if !checkFor(testWait, 10*time.Millisecond, func() bool { return runtime.NumGoroutine() <= before }) {
 		buf := make([]byte, 1<<16)
 		t.Errorf("%d goroutines, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
 	}
@@ -594,7 +593,7 @@ func TestServeEndsWithContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- p.Serve(ctx) }()
-	testproc.CheckFor(testWait, time.Millisecond, func() bool {
+	checkFor(testWait, time.Millisecond, func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		return p.serving

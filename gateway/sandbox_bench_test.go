@@ -1,4 +1,4 @@
-package session
+package gateway
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 
 // benchSession starts sessions of the scriptable test runtime (a Go
 // program) sandboxed or not, in the same run so the two can be compared.
-func benchConfig(b *testing.B, sandboxed bool, helper string) Config {
+func benchSessionConfig(b *testing.B, sandboxed bool, helper string) SessionConfig {
 	b.Helper()
 	dir := b.TempDir()
 	def := &agents.Definition{
@@ -25,7 +25,7 @@ func benchConfig(b *testing.B, sandboxed bool, helper string) Config {
 		Env: map[string]string{"TESTRT_LOG": filepath.Join(agents.DefaultWorkdir(dir, "bench"), "testrt.log")},
 	}
 	def.Sandbox.None = !sandboxed
-	return Config{
+	return SessionConfig{
 		Def: def, WorkRoot: filepath.Join(dir, "work"), Logger: hclog.NewNullLogger(), Grace: time.Second, SandboxHelper: helper,
 		LookupEnv: func(k string) (string, bool) {
 			if k == "PATH" {
@@ -52,11 +52,11 @@ func BenchmarkSessionStart(b *testing.B) {
 		{"sandboxed-self-reexec", true, "/proc/self/exe"}, // the fallback: the whole binary as init
 	} {
 		b.Run(v.name, func(b *testing.B) {
-			cfg := benchConfig(b, v.sandboxed, v.helper)
+			cfg := benchSessionConfig(b, v.sandboxed, v.helper)
 			ctx := context.Background()
 			var rss, pss int64
 			for i := 0; i < b.N; i++ {
-				s, err := Start(ctx, cfg)
+				s, err := StartSession(ctx, cfg)
 				if err != nil {
 					b.Fatal(err)
 				}

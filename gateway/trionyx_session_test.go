@@ -1,4 +1,4 @@
-package session
+package gateway
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/bcpgw/bcpgw/bcp"
-	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 // TestSessionTriOnyxRuntime: a request TriOnyx's runtime makes of its own
@@ -24,7 +23,7 @@ func TestSessionTriOnyxRuntime(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if !testproc.CheckFor(10*time.Second, 10*time.Millisecond, func() bool { return len(h.audit.find("turn_done", "")) == 2 }) {
+	if !checkFor(t, 10*time.Second, 10*time.Millisecond, func() bool { return len(h.audit.find("turn_done", "")) == 2 }) {
 		t.Fatalf("no turn_done; logs:\n%s", h.logs)
 	}
 	refused := h.audit.find("refused", string(bcp.ProtocolError))
