@@ -281,6 +281,10 @@ type Channel struct {
 	// Rates limit the channel's queries and pushes per category (TriOnyx
 	// definitions, --compat trionyx); nil: no rate limits.
 	Rates *Rates
+	// Approvals is how the approval items of answers on this channel are
+	// decided, and the default of its subscriptions (approvals); set on a
+	// controller side only.
+	Approvals ApprovalPolicy
 
 	index int  // position in bcp_channels, for error paths
 	dup   bool // a second channel to the same peer (an error)
@@ -306,6 +310,10 @@ type Subscription struct {
 	// loaded set (policy.go).
 	Debounce *Debounce
 	Batch    *Batch
+
+	// Approvals is how its approval items are decided (approvals), as
+	// written: unset fields take the channel's (Link.Approvals).
+	Approvals ApprovalPolicy
 
 	path string // e.g. "bcp_channels[0].subscriptions[1]"
 }

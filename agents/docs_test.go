@@ -239,6 +239,7 @@ func TestDocsEveryKey(t *testing.T) {
 		{"cron_schedules[]", head + "cron_schedules: [{schedule: '@hourly', message: m, zz_unknown: 1}]\n---\n"},
 		{"sandbox", head + "sandbox: {zz_unknown: 1}\n---\n"},
 		{"flood_limit", head + "flood_limit: {zz_unknown: 1}\n---\n"},
+		{"approvals", head + ch + ", approvals: {zz_unknown: 1}}]\n---\n"},
 	}
 	known := regexp.MustCompile(`zz_unknown: unknown field \(known: ([^)]*)\)`)
 	for _, l := range levels {

@@ -448,7 +448,7 @@ func (d *decoder) cron(n *yaml.Node, path string) (CronSchedule, bool) {
 
 func (d *decoder) channel(n *yaml.Node, path string, idx int) *Channel {
 	c := &Channel{index: idx}
-	var subs *yaml.Node
+	var subs, approvals *yaml.Node
 	fs := d.channelFields(c)
 	maps.Copy(fs, fields{
 		"max_category": func(n *yaml.Node, p string) {
@@ -470,9 +470,13 @@ func (d *decoder) channel(n *yaml.Node, path string, idx int) *Channel {
 			}
 		},
 		"subscriptions": func(n *yaml.Node, p string) { subs = n },
+		"approvals":     func(n *yaml.Node, p string) { approvals = n },
 	})
 	if !d.mapping(n, path, fs) {
 		return nil
+	}
+	if approvals != nil { // once the role is known, wherever it was written
+		d.channelApprovals(approvals, join(path, "approvals"), c)
 	}
 	for _, key := range []string{"peer", "role", "max_category", "budget_bits"} {
 		if !d.has(join(path, key)) {
@@ -546,6 +550,7 @@ func (d *decoder) subscription(n *yaml.Node, path string, max bcp.Category) *Sub
 		"filter":     pol.filterKey,
 		"debounce":   pol.debounce,
 		"batch":      pol.batch,
+		"approvals":  func(n *yaml.Node, p string) { s.Approvals = d.approvals(n, p) },
 		"id": func(n *yaml.Node, p string) {
 			if v, good := d.str(n, p); good {
 				if !subscriptionID.MatchString(v) {

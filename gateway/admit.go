@@ -7,6 +7,7 @@ import (
 
 	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/bcp"
+	"github.com/bcpgw/bcpgw/gateway/session"
 	"github.com/bcpgw/bcpgw/gateway/store"
 	"github.com/bcpgw/bcpgw/runtime"
 )
@@ -19,7 +20,7 @@ import (
 // admitted is an accepted push or answer on its way to the store.
 type admitted struct {
 	link   *agents.Link
-	sess   *Session // the Reader session it came from
+	sess   *session.Session // the Reader session it came from
 	spec   bcp.Spec
 	result bcp.Result
 	bits   float64
@@ -30,7 +31,7 @@ type admitted struct {
 }
 
 // publish handles a Reader's push (PROTOCOL.md section 5, Push).
-func (g *Gateway) publish(s *Session, env runtime.Envelope, r runtime.Response) {
+func (g *Gateway) publish(s *session.Session, line []byte, r runtime.Response) {
 	reply := s.ReplyLater()
 	// The backlog is checked first: under a flood, the refusals then cost
 	// no validation.
@@ -38,13 +39,13 @@ func (g *Gateway) publish(s *Session, env runtime.Envelope, r runtime.Response) 
 	if !g.backlog.reserve(pair) {
 		e := bcp.Errorf(bcp.BacklogFull, "'%s' has %d deliveries from '%s' still to acknowledge; nothing was charged: send it again later",
 			r.Controller, g.backlog.pending(pair), s.Name())
-		g.refused(s.Name(), r.Controller, e, env.Raw, r.SubscriptionID)
+		g.refused(s.Name(), r.Controller, e, line, r.SubscriptionID)
 		g.metrics.publish("refused", e)
 		reply.Send(runtime.ValidationResult{Type: runtime.TypeValidationResult, SubscriptionID: r.SubscriptionID, Detail: e.Error()})
 		return
 	}
 	set := g.set.Load()
-	slot, ok := g.pushRate(s, env, r, reply, set) // channel rates (ratelimit.go)
+	slot, ok := g.pushRate(s, line, r, reply, set) // channel rates (ratelimit.go)
 	if !ok {
 		g.backlog.release(pair)
 		return
@@ -70,7 +71,7 @@ func (g *Gateway) publish(s *Session, env runtime.Envelope, r runtime.Response) 
 		slot.release()
 		subSlot.release()
 		g.backlog.release(pair)
-		g.refused(s.Name(), r.Controller, v.Err, env.Raw, r.SubscriptionID)
+		g.refused(s.Name(), r.Controller, v.Err, line, r.SubscriptionID)
 		g.metrics.publish("refused", v.Err)
 		reply.Send(runtime.ValidationResult{Type: runtime.TypeValidationResult, SubscriptionID: r.SubscriptionID, Detail: v.Detail()})
 		return
@@ -84,10 +85,10 @@ func (g *Gateway) publish(s *Session, env runtime.Envelope, r runtime.Response) 
 // answer handles a Reader's answer to a query (PROTOCOL.md section 5,
 // Pull). A refused answer leaves the query open, so the Reader can try
 // again until it times out.
-func (g *Gateway) answer(s *Session, env runtime.Envelope, r runtime.Response) {
+func (g *Gateway) answer(s *session.Session, line []byte, r runtime.Response) {
 	reply := s.ReplyLater()
 	refuse := func(e *bcp.Error, controller string) {
-		g.refused(s.Name(), controller, e, env.Raw, r.QueryID)
+		g.refused(s.Name(), controller, e, line, r.QueryID)
 		g.metrics.answer("refused", e)
 		reply.Send(runtime.ValidationResult{Type: runtime.TypeValidationResult, QueryID: r.QueryID, Detail: e.Error()})
 	}
@@ -124,7 +125,7 @@ func (g *Gateway) answer(s *Session, env runtime.Envelope, r runtime.Response) {
 // admit stores an accepted push or answer: as a delivery, answering the
 // Reader once it is durable, or as an approval item, answering it once an
 // operator has decided.
-func (g *Gateway) admit(reply *PendingReply, a admitted) {
+func (g *Gateway) admit(reply *session.PendingReply, a admitted) {
 	controller, reader := a.link.Controller.Name, a.link.Reader.Name
 	verdict := runtime.ValidationResult{Type: runtime.TypeValidationResult, SubscriptionID: a.subID}
 	requestID := ""
@@ -201,6 +202,7 @@ func (g *Gateway) admit(reply *PendingReply, a admitted) {
 		Category: a.spec.Category, Directive: a.spec.Directive, Response: response, Anomalies: a.result.Anomalies,
 		Bits: a.bits, CreatedAt: now, ExpiresAt: now.Add(g.cfg.ApprovalTTL),
 	}
+	holdFor(&item, a.link, g.cfg.ApprovalTTL) // required approvals and ttl (approvals.go)
 	if a.query != nil {
 		item.QueryID = a.query.id
 	}

@@ -1,12 +1,15 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"time"
 
+	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/bcp"
+	"github.com/bcpgw/bcpgw/gateway/session"
 	"github.com/bcpgw/bcpgw/gateway/store"
 	"github.com/bcpgw/bcpgw/runtime"
 )
@@ -18,27 +21,16 @@ var ErrRevoked = errors.New("channel or subscription revoked")
 // ErrNotRunning is returned by decisions made before Run has started.
 var ErrNotRunning = errors.New("gateway is not running yet")
 
-// Decider is who decides an approval item, as recorded with the decision.
-// The control socket fills it from the client's peer credentials.
-type Decider struct {
-	Name string // a user name; shown in events and logs
-	UID  int    // the user's uid, when PID is set
-	PID  int    // the client's pid; 0 when not known
-}
-
-// String is how a decider appears in events: "alice (uid 1000, pid 4242)".
-func (d Decider) String() string { return store.DeciderText(d.Name, d.UID, d.PID) }
-
-// selfName is the decider of the gateway's own decisions: expiry and
+// self is the decider of the gateway's own decisions: expiry and
 // revocation.
-const selfName = "bcpgw"
+func self() store.Decider { return store.Decider{Name: "bcpgw"} }
 
 // heldItem is who must hear about an approval item's decision: the Reader
 // session that sent it and, for an answer, the query it answers. It is
 // kept in memory only: after a restart, decisions are recorded and
 // delivered, but the sessions that sent the items are gone.
 type heldItem struct {
-	reader *Session
+	reader *session.Session
 	query  *pendingQuery
 }
 
@@ -60,7 +52,13 @@ func (g *Gateway) Approval(ctx context.Context, id string) (*store.Approval, err
 // errors are store.ErrNotFound, store.ErrDecided (an item is decided
 // once), store.ErrHashMismatch, store.ErrExpired and ErrRevoked; on the
 // last two the item is closed and the Reader told.
-func (g *Gateway) Approve(ctx context.Context, id, sha256 string, by Decider, note string) (*store.Approval, error) {
+//
+// An item that needs several approvals (its policy's required) is
+// released by the last of them: before that, Approve counts by's
+// approval and returns the item still pending (its Grants say how far it
+// is) and the Reader waits on; by approving it again gets
+// store.ErrAlreadyApproved.
+func (g *Gateway) Approve(ctx context.Context, id, sha256 string, by store.Decider, note string) (*store.Approval, error) {
 	if err := g.waitRunning(ctx); err != nil {
 		return nil, err
 	}
@@ -77,13 +75,17 @@ func (g *Gateway) Approve(ctx context.Context, id, sha256 string, by Decider, no
 		}
 	}
 	a, d, err := g.cfg.Store.Decide(ctx, store.Decision{ID: id, Status: store.ApprovalApproved, SHA256: sha256,
-		By: by.Name, UID: by.UID, PID: by.PID, Note: note, At: g.now()})
+		By: by, Note: note, At: g.now()})
 	if errors.Is(err, store.ErrExpired) {
-		g.closeHeld(a, expiredError(a, g.cfg.ApprovalTTL))
+		g.closeHeld(a, expiredError(a))
 		return a, err
 	}
 	if err != nil {
 		return a, err
+	}
+	if d == nil { // counted towards its quorum; still pending
+		g.log.Info("approval item approved, waiting for more", "id", a.ID, "by", by.String(), "approvals", a.Approved())
+		return a, nil
 	}
 	g.backlog.add(store.Pair{Controller: d.Controller, Reader: d.Reader})
 	g.outbox.enqueue(*d)
@@ -95,12 +97,12 @@ func (g *Gateway) Approve(ctx context.Context, id, sha256 string, by Decider, no
 // Reject closes a pending item without delivering it; the Reader hears
 // approval_rejected with the reason. If sha256 is not empty it must match
 // the item's content hash.
-func (g *Gateway) Reject(ctx context.Context, id, sha256 string, by Decider, reason string) (*store.Approval, error) {
+func (g *Gateway) Reject(ctx context.Context, id, sha256 string, by store.Decider, reason string) (*store.Approval, error) {
 	if err := g.waitRunning(ctx); err != nil {
 		return nil, err
 	}
 	a, _, err := g.cfg.Store.Decide(ctx, store.Decision{ID: id, Status: store.ApprovalRejected, SHA256: sha256,
-		By: by.Name, UID: by.UID, PID: by.PID, Reason: reason, At: g.now()})
+		By: by, Reason: reason, At: g.now()})
 	if err != nil {
 		return a, err
 	}
@@ -128,7 +130,7 @@ func (g *Gateway) waitRunning(ctx context.Context) error {
 
 // drop closes an item whose channel or subscription is gone.
 func (g *Gateway) drop(ctx context.Context, item *store.Approval, why string) (*store.Approval, error) {
-	a, _, err := g.cfg.Store.Decide(ctx, store.Decision{ID: item.ID, Status: store.ApprovalDropped, By: selfName, Reason: why, At: g.now()})
+	a, _, err := g.cfg.Store.Decide(ctx, store.Decision{ID: item.ID, Status: store.ApprovalDropped, By: self(), Reason: why, At: g.now()})
 	if err != nil {
 		return a, err
 	}
@@ -157,18 +159,37 @@ func (g *Gateway) expireDue(ctx context.Context) {
 		return
 	}
 	for _, item := range due {
-		a, _, err := g.cfg.Store.Decide(ctx, store.Decision{ID: item.ID, Status: store.ApprovalExpired, By: selfName,
-			Reason: fmt.Sprintf("no decision within %s", g.cfg.ApprovalTTL), At: g.now()})
+		reason := fmt.Sprintf("no decision within %s", itemTTL(&item))
+		if item.Required > 1 {
+			reason += fmt.Sprintf(" (%s)", item.Approved())
+		}
+		a, _, err := g.cfg.Store.Decide(ctx, store.Decision{ID: item.ID, Status: store.ApprovalExpired, By: self(),
+			Reason: reason, At: g.now()})
 		if err != nil {
 			continue // decided meanwhile
 		}
 		g.log.Warn("approval item expired", "id", a.ID)
-		g.closeHeld(a, expiredError(a, g.cfg.ApprovalTTL))
+		g.closeHeld(a, expiredError(a))
 	}
 }
 
-func expiredError(a *store.Approval, ttl time.Duration) *bcp.Error {
-	return bcp.Errorf(bcp.ApprovalExpired, "Approval item %s expired after %s without a decision", a.ID, ttl)
+// itemTTL is how long an item was given: its policy's ttl, or the
+// gateway's --approval-ttl, as fixed when it was queued.
+func itemTTL(a *store.Approval) time.Duration { return a.ExpiresAt.Sub(a.CreatedAt) }
+
+func expiredError(a *store.Approval) *bcp.Error {
+	return bcp.Errorf(bcp.ApprovalExpired, "Approval item %s expired after %s without a decision", a.ID, itemTTL(a))
+}
+
+// holdFor applies the approval policy of the item's subscription, or of
+// its channel for an answer, to an item about to be queued: how many
+// approvals release it and when it expires (a ttl that overrides
+// --approval-ttl). Both are fixed now, with the item: a reload that
+// changes the policy applies to items queued after it.
+func holdFor(item *store.Approval, link *agents.Link, defaultTTL time.Duration) {
+	p := link.Approvals(item.SubscriptionID)
+	item.Required = max(p.Required, 1)
+	item.ExpiresAt = item.CreatedAt.Add(cmp.Or(p.TTL, defaultTTL))
 }
 
 // closeHeld tells the Reader session that sent a decided item the verdict

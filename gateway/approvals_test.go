@@ -12,6 +12,7 @@ import (
 
 	"github.com/bcpgw/bcpgw/bcp"
 	"github.com/bcpgw/bcpgw/gateway/store"
+	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 // End-to-end tests of the approval queue (PROTOCOL.md section 5, Push):
@@ -42,7 +43,7 @@ const (
 
 // digests returns the usual pair with researcher publishing n digests,
 // each waiting for its verdict before the next.
-var tester = Decider{Name: "tester"}
+var tester = store.Decider{Name: "tester"}
 
 func digests(n int) []agentSpec {
 	return pair(100000, 100000, "review", nil, map[string]string{
@@ -86,7 +87,7 @@ func (e *e2e) eventsFor(kind, ref string) []store.Event {
 func (e *e2e) nextPending(seen map[string]bool) store.Approval {
 	e.t.Helper()
 	var got *store.Approval
-	if !checkFor(e.t, testWait, pollStep, func() bool {
+	if !testproc.CheckFor(testWait, pollStep, func() bool {
 		items, err := e.gw.Approvals(context.Background(), store.ApprovalPending)
 		if err != nil {
 			e.t.Fatal(err)
@@ -108,7 +109,7 @@ func (e *e2e) nextPending(seen map[string]bool) store.Approval {
 // waitDelivered waits until delivery id is marked delivered.
 func (e *e2e) waitDelivered(id string) {
 	e.t.Helper()
-	if !checkFor(e.t, testWait, pollStep, func() bool {
+	if !testproc.CheckFor(testWait, pollStep, func() bool {
 		d, err := e.store.Delivery(context.Background(), id)
 		return err == nil && d.State == store.DeliveryDelivered
 	}) {
@@ -130,11 +131,7 @@ func (e *e2e) assertNothingDelivered() {
 
 // testCtx bounds a decision: a store or gateway that hangs fails the
 // test instead of stalling it.
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), testWait)
-	t.Cleanup(cancel)
-	return ctx
-}
+func testCtx(t *testing.T) context.Context { return testproc.Context(t) }
 
 // running waits until the gateway's supervisor answers: Run is under way.
 func (e *e2e) running() {
@@ -202,7 +199,7 @@ func TestApprovalCat3PushIsHeldThenDeliveredOnApproval(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Approve: %v", err)
 	}
-	if a.Status != store.ApprovalApproved || a.DecidedBy != "tester" || a.Note != "ok" {
+	if a.Status != store.ApprovalApproved || a.DecidedBy.Name != "tester" || a.Note != "ok" {
 		t.Errorf("approved item = %+v", a)
 	}
 	v := e.waitRecords("researcher", "verdict", 1)
@@ -229,7 +226,7 @@ func TestApprovalCat3PushIsHeldThenDeliveredOnApproval(t *testing.T) {
 	if len(ds) != 1 || ds[0].ID != d.DeliveryID || ds[0].ApprovalID != item.ID || string(ds[0].Response) != digestOut {
 		t.Errorf("stored deliveries = %+v", ds)
 	}
-	if st := e.approval(item.ID); st.Status != store.ApprovalApproved || st.DecidedBy != "tester" || st.Note != "ok" {
+	if st := e.approval(item.ID); st.Status != store.ApprovalApproved || st.DecidedBy.Name != "tester" || st.Note != "ok" {
 		t.Errorf("stored item = %+v", st)
 	}
 	if ev := e.eventsFor("approval_approved", item.ID); len(ev) != 1 || !strings.Contains(ev[0].Detail, "tester") {
@@ -264,7 +261,7 @@ func TestApprovalIsBoundToTheContentHash(t *testing.T) {
 	if _, err := e.gw.Reject(ctx, item.ID, other, tester, "no"); !errors.Is(err, store.ErrHashMismatch) {
 		t.Errorf("Reject with a wrong hash: err = %v, want ErrHashMismatch", err)
 	}
-	if st := e.approval(item.ID); st.Status != store.ApprovalPending || !st.DecidedAt.IsZero() || st.DecidedBy != "" {
+	if st := e.approval(item.ID); st.Status != store.ApprovalPending || !st.DecidedAt.IsZero() || st.DecidedBy.Name != "" {
 		t.Errorf("item after mismatches = %+v", st)
 	}
 	if v := e.records("researcher", "verdict"); len(v) != 0 {
@@ -293,7 +290,7 @@ func TestApprovalRejectTellsTheReaderAndIsFinal(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Reject: %v", err)
 	}
-	if a.Status != store.ApprovalRejected || a.Reason != reason || a.DecidedBy != "tester" {
+	if a.Status != store.ApprovalRejected || a.Reason != reason || a.DecidedBy.Name != "tester" {
 		t.Errorf("rejected item = %+v", a)
 	}
 	v := e.waitRecords("researcher", "verdict", 1)
@@ -302,16 +299,16 @@ func TestApprovalRejectTellsTheReaderAndIsFinal(t *testing.T) {
 	}
 
 	// Decided once: neither an approval nor another rejection applies.
-	if _, err := e.gw.Approve(ctx, item.ID, item.SHA256, Decider{Name: "other"}, "late"); !errors.Is(err, store.ErrDecided) {
+	if _, err := e.gw.Approve(ctx, item.ID, item.SHA256, store.Decider{Name: "other"}, "late"); !errors.Is(err, store.ErrDecided) {
 		t.Errorf("Approve after Reject: err = %v, want ErrDecided", err)
 	}
-	if _, err := e.gw.Reject(ctx, item.ID, item.SHA256, Decider{Name: "other"}, "again"); !errors.Is(err, store.ErrDecided) {
+	if _, err := e.gw.Reject(ctx, item.ID, item.SHA256, store.Decider{Name: "other"}, "again"); !errors.Is(err, store.ErrDecided) {
 		t.Errorf("Reject after Reject: err = %v, want ErrDecided", err)
 	}
-	if _, err := e.gw.Reject(ctx, item.ID, "", Decider{Name: "other"}, "again"); !errors.Is(err, store.ErrDecided) {
+	if _, err := e.gw.Reject(ctx, item.ID, "", store.Decider{Name: "other"}, "again"); !errors.Is(err, store.ErrDecided) {
 		t.Errorf("Reject without hash after Reject: err = %v, want ErrDecided", err)
 	}
-	if st := e.approval(item.ID); st.Status != store.ApprovalRejected || st.Reason != reason || st.DecidedBy != "tester" || st.Note != "" {
+	if st := e.approval(item.ID); st.Status != store.ApprovalRejected || st.Reason != reason || st.DecidedBy.Name != "tester" || st.Note != "" {
 		t.Errorf("item after late decisions = %+v", st)
 	}
 	if ev := e.eventsFor("approval_rejected", item.ID); len(ev) != 1 {
@@ -349,14 +346,17 @@ func TestApprovalConcurrentDecisionsApplyOnce(t *testing.T) {
 		// against a rejection.
 		decide := []func() error{
 			func() error {
-				_, err := e.gw.Approve(ctx, item.ID, item.SHA256, Decider{Name: "alice"}, "ok")
+				_, err := e.gw.Approve(ctx, item.ID, item.SHA256, store.Decider{Name: "alice"}, "ok")
 				return err
 			},
-			func() error { _, err := e.gw.Reject(ctx, item.ID, item.SHA256, Decider{Name: "bob"}, "no"); return err },
+			func() error {
+				_, err := e.gw.Reject(ctx, item.ID, item.SHA256, store.Decider{Name: "bob"}, "no")
+				return err
+			},
 		}
 		if i%3 == 2 {
 			decide[1] = func() error {
-				_, err := e.gw.Approve(ctx, item.ID, item.SHA256, Decider{Name: "bob"}, "ok too")
+				_, err := e.gw.Approve(ctx, item.ID, item.SHA256, store.Decider{Name: "bob"}, "ok too")
 				return err
 			}
 		}
@@ -388,8 +388,8 @@ func TestApprovalConcurrentDecisionsApplyOnce(t *testing.T) {
 		st := e.approval(item.ID)
 		wantBy := map[bool]string{true: "alice", false: "bob"}[errs[0] == nil]
 		switch {
-		case st.DecidedBy != wantBy:
-			t.Errorf("item %d decided by %q, want the winner %q (errors %v)", i, st.DecidedBy, wantBy, errs)
+		case st.DecidedBy.Name != wantBy:
+			t.Errorf("item %d decided by %q, want the winner %q (errors %v)", i, st.DecidedBy.Name, wantBy, errs)
 		case st.Status != store.ApprovalApproved && st.Status != store.ApprovalRejected:
 			t.Errorf("item %d status %s", i, st.Status)
 		}
@@ -455,7 +455,7 @@ func TestApprovalExpiry(t *testing.T) {
 			t.Fatalf("items = %+v, want 1", items)
 		}
 		item := items[0]
-		if item.Status != store.ApprovalExpired || item.DecidedBy != "bcpgw" || item.DecidedAt.Before(item.ExpiresAt) {
+		if item.Status != store.ApprovalExpired || item.DecidedBy.Name != "bcpgw" || item.DecidedAt.Before(item.ExpiresAt) {
 			t.Errorf("item = %+v", item)
 		}
 		if !strings.Contains(v.Detail, item.ID) {
@@ -480,7 +480,7 @@ func TestApprovalExpiry(t *testing.T) {
 		e := startE2E(t, digests(1), func(c *Config) { c.ApprovalTTL, c.ExpiryCheck = ttl, time.Hour })
 		e.prompt("researcher", "go")
 		item := e.pendingApprovals(1)[0]
-		if !checkFor(t, testWait, pollStep, func() bool { return time.Now().After(item.ExpiresAt) }) {
+		if !testproc.CheckFor(testWait, pollStep, func() bool { return time.Now().After(item.ExpiresAt) }) {
 			t.Fatal("the item's expiry never passed")
 		}
 		if st := e.approval(item.ID); st.Status != store.ApprovalPending {

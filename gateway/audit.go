@@ -17,13 +17,6 @@ type Auditor interface {
 	Audit(store.Event)
 }
 
-func truncatePayload(b []byte) []byte {
-	if len(b) > store.MaxPayload {
-		b = b[:store.MaxPayload]
-	}
-	return append([]byte(nil), b...)
-}
-
 // LogAuditor writes events to a logger: the auditor of sessions used
 // without a store, and the log half of StoreAuditor.
 type LogAuditor struct {

@@ -14,7 +14,7 @@ import (
 )
 
 func TestRefusalFloodIsSummedUpInTheLog(t *testing.T) {
-	clock := newFakeClock()
+	clock := testproc.FakeClock()
 	logs := &testproc.Buffer{}
 	a := LogAuditor{Logger: hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Info}), Quiet: newLogQuiet(clock)}
 	refusal := store.Event{Kind: "refused", Agent: "researcher", Peer: "main", Code: "backlog_full", Detail: "backlog_full: full"}
@@ -74,7 +74,7 @@ func TestLogSaysHowToDecideWaitingItems(t *testing.T) {
 	e.prompt("researcher", "go")
 	e.pendingApprovals(2)
 	hint := "decide=\"bcpgw approvals --state " + e.dir + "\""
-	if !checkFor(t, testWait, pollStep, func() bool {
+	if !testproc.CheckFor(testWait, pollStep, func() bool {
 		out := e.logs.String()
 		return strings.Contains(out, "approval item waiting for an operator") && strings.Count(out, hint) >= 2
 	}) {

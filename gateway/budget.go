@@ -19,9 +19,17 @@ type budgets struct {
 	readers     map[string]*ledger
 }
 
+// lifetime is what a ledger needs of the session it belongs to: its
+// agent, and whether it has ended. A *session.Session is one; the ledger
+// tests use sessions with no process.
+type lifetime interface {
+	Name() string
+	Ended() bool
+}
+
 // ledger is one session's spending, by peer.
 type ledger struct {
-	sess *Session // nil until bound
+	sess lifetime // nil until bound
 	bits map[string]float64
 	cat2 map[string]int // queries sent, by reader
 	cat3 map[string]int
@@ -31,12 +39,12 @@ func newBudgets() *budgets {
 	return &budgets{controllers: map[string]*ledger{}, readers: map[string]*ledger{}}
 }
 
-func newLedger(s *Session) *ledger {
+func newLedger(s lifetime) *ledger {
 	return &ledger{sess: s, bits: map[string]float64{}, cat2: map[string]int{}, cat3: map[string]int{}}
 }
 
 // started binds the agent's unbound Controller ledger to its new session.
-func (b *budgets) started(s *Session) {
+func (b *budgets) started(s lifetime) {
 	l := b.controller(s.Name())
 	if l.sess == nil {
 		l.sess = s
@@ -47,7 +55,7 @@ func (b *budgets) started(s *Session) {
 // session.
 func (b *budgets) controller(name string) *ledger {
 	l := b.controllers[name]
-	if l == nil || (l.sess != nil && ended(l.sess)) {
+	if l == nil || (l.sess != nil && l.sess.Ended()) {
 		l = newLedger(nil)
 		b.controllers[name] = l
 	}
@@ -55,7 +63,7 @@ func (b *budgets) controller(name string) *ledger {
 }
 
 // reader returns the ledger of the Reader session s.
-func (b *budgets) reader(s *Session) *ledger {
+func (b *budgets) reader(s lifetime) *ledger {
 	l := b.readers[s.Name()]
 	if l == nil || l.sess != s {
 		l = newLedger(s)
@@ -66,7 +74,7 @@ func (b *budgets) reader(s *Session) *ledger {
 
 // remaining returns what is left on both sides of a push over link from
 // the Reader session s.
-func (b *budgets) remaining(link *agents.Link, s *Session) Remaining {
+func (b *budgets) remaining(link *agents.Link, s lifetime) Remaining {
 	c, r := b.controller(link.Controller.Name), b.reader(s)
 	return Remaining{
 		Controller: float64(link.ControllerSide.BudgetBits) - c.bits[link.Reader.Name],
@@ -78,7 +86,7 @@ func (b *budgets) remaining(link *agents.Link, s *Session) Remaining {
 // they afford it, charges it, in one step: the caller holds the gateway's
 // lock across both, so two pushes cannot both spend the last bits. A push
 // they cannot afford is refused in v (budget_exhausted).
-func (b *budgets) admitPush(link *agents.Link, s *Session, v *Verdict) {
+func (b *budgets) admitPush(link *agents.Link, s lifetime, v *Verdict) {
 	v.Afford(b.remaining(link, s))
 	if v.Accepted() {
 		b.chargePush(link, s, v.Charged())
@@ -86,7 +94,7 @@ func (b *budgets) admitPush(link *agents.Link, s *Session, v *Verdict) {
 }
 
 // chargePush charges an accepted push to both sides.
-func (b *budgets) chargePush(link *agents.Link, s *Session, bits float64) {
+func (b *budgets) chargePush(link *agents.Link, s lifetime, bits float64) {
 	c, r := b.controller(link.Controller.Name), b.reader(s)
 	c.bits[link.Reader.Name] += bits
 	r.bits[link.Controller.Name] += bits
@@ -94,7 +102,7 @@ func (b *budgets) chargePush(link *agents.Link, s *Session, bits float64) {
 
 // refundPush undoes chargePush for a push the store could not keep: it
 // was never accepted.
-func (b *budgets) refundPush(link *agents.Link, s *Session, bits float64) {
+func (b *budgets) refundPush(link *agents.Link, s lifetime, bits float64) {
 	c, r := b.controller(link.Controller.Name), b.reader(s)
 	c.bits[link.Reader.Name] -= bits
 	r.bits[link.Controller.Name] -= bits
@@ -102,7 +110,7 @@ func (b *budgets) refundPush(link *agents.Link, s *Session, bits float64) {
 
 // admitQuery checks a query of spec's category and bits from the
 // Controller session s over link, and charges it if admitted.
-func (b *budgets) admitQuery(link *agents.Link, s *Session, cat bcp.Category, bits float64) *bcp.Error {
+func (b *budgets) admitQuery(link *agents.Link, s lifetime, cat bcp.Category, bits float64) *bcp.Error {
 	c := b.controller(s.Name())
 	if c.sess == nil {
 		c.sess = s

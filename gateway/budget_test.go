@@ -6,6 +6,7 @@ import (
 
 	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/bcp"
+	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 // alert is a valid push on research-alerts: 1 + log2(3) + log2(5) + 2 =
@@ -33,7 +34,7 @@ func TestBudgetControllerPoolExhaustsAfterExactlyTheExpectedPushes(t *testing.T)
 	}
 	e.waitRecords("main", "applied", 2)
 	// Refusals are recorded in the background: wait for the third.
-	checkFor(t, testWait, pollStep, func() bool { return len(e.events("refused", "budget_exhausted")) >= 3 })
+	testproc.CheckFor(testWait, pollStep, func() bool { return len(e.events("refused", "budget_exhausted")) >= 3 })
 	if n := len(e.events("refused", "budget_exhausted")); n != 3 {
 		t.Errorf("%d budget_exhausted events, want 3", n)
 	}
@@ -79,14 +80,14 @@ func TestBudgetLedgersFollowSessions(t *testing.T) {
 	set := loadPair(t, 20, 100)
 	link := set.Link("main", "researcher")
 	b := newBudgets()
-	reader1 := fakeSession("researcher")
+	reader1 := newFakeSession("researcher")
 
 	// main has no session: the push is charged to the next one.
 	b.chargePush(link, reader1, 6.9)
 	if got := b.remaining(link, reader1).Controller; got != 13.1 {
 		t.Fatalf("pool before main starts = %v, want 13.1", got)
 	}
-	main1 := fakeSession("main")
+	main1 := newFakeSession("main")
 	b.started(main1)
 	b.chargePush(link, reader1, 6.9)
 	if got := b.remaining(link, reader1); !near(got.Controller, 6.2) || !near(got.Reader, 86.2) {
@@ -99,7 +100,7 @@ func TestBudgetLedgersFollowSessions(t *testing.T) {
 		t.Fatalf("after main's session ended = %+v, want 20 and 86.2", got)
 	}
 	// A new reader session has a fresh cap.
-	if got := b.remaining(link, fakeSession("researcher")).Reader; got != 100 {
+	if got := b.remaining(link, newFakeSession("researcher")).Reader; got != 100 {
 		t.Fatalf("new reader session cap = %v, want 100", got)
 	}
 }
@@ -108,7 +109,7 @@ func TestBudgetQueryLimitsAndPool(t *testing.T) {
 	set := loadPair(t, 1000, 1000)
 	link := set.Link("main", "researcher")
 	b := newBudgets()
-	main := fakeSession("main")
+	main := newFakeSession("main")
 	for i := range 2 {
 		if e := b.admitQuery(link, main, bcp.Cat2, 11); e != nil {
 			t.Fatalf("Cat-2 query %d refused: %v", i, e)
@@ -130,7 +131,7 @@ func TestBudgetQueryLimitsAndPool(t *testing.T) {
 	if e := b.admitQuery(link, main, bcp.Cat1, 7); e != nil {
 		t.Fatalf("Cat-1 query: %v", e)
 	}
-	if got := b.remaining(link, fakeSession("researcher")).Controller; got != 1000-22-100-7 {
+	if got := b.remaining(link, newFakeSession("researcher")).Controller; got != 1000-22-100-7 {
 		t.Errorf("pool = %v, want %v", got, 1000-22-100-7)
 	}
 }
@@ -141,9 +142,26 @@ func loadPair(t *testing.T, mainBudget, readerBudget int) *agents.Set {
 	return set
 }
 
-// fakeSession is a session with no process, for ledger tests.
-func fakeSession(name string) *Session {
-	return &Session{name: name, done: make(chan struct{})}
+// fakeSession is a session with no process, for ledger tests: it ends
+// when done is closed.
+type fakeSession struct {
+	name string
+	done chan struct{}
+}
+
+func newFakeSession(name string) *fakeSession {
+	return &fakeSession{name: name, done: make(chan struct{})}
+}
+
+func (s *fakeSession) Name() string { return s.name }
+
+func (s *fakeSession) Ended() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
 }
 
 func near(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/robfig/cron/v3"
 
 	"github.com/bcpgw/bcpgw/agents"
+	"github.com/bcpgw/bcpgw/gateway/session"
 	"github.com/bcpgw/bcpgw/gateway/store"
 	"github.com/bcpgw/bcpgw/runtime"
 )
@@ -200,26 +202,14 @@ func (g *Gateway) cronPrompt(ctx context.Context, agent string, c agents.CronSch
 		meta["label"] = c.Label
 	}
 	msg := runtime.Prompt{Type: runtime.TypePrompt, Content: c.Message, Metadata: meta}
-	var done <-chan error
-	// A session being replaced after a reload takes no new turns: the
-	// prompt goes to the next one. It was never sent, so it is sent once.
-	for attempt := 0; ; attempt++ {
-		sess, err := g.sv.Ensure(ctx, agent)
-		if err != nil {
-			return err
-		}
-		done, err = sess.Turn(ctx, msg)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, ErrSessionClosed) || attempt == 2 {
-			return err
-		}
-	}
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return g.bringTurn(ctx, turnJob{
+		agent: agent,
+		msg:   func(*session.Session) any { return msg },
+		// A session being replaced after a reload takes no new turns: the
+		// prompt goes to the next one. It was never sent, so it is sent
+		// once.
+		retry: func(attempt int, sent bool, err error) (time.Duration, bool) {
+			return 0, !sent && errors.Is(err, session.ErrSessionClosed) && attempt < 2
+		},
+	})
 }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/gateway/store"
+	"github.com/bcpgw/bcpgw/internal/clock"
+	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 // startCronUpdatable is startCron with the scheduler handed back, for
@@ -63,7 +65,7 @@ func (h *cronHarness) handled(label string) int {
 }
 
 // cronTimers is the number of timers armed on c.
-func cronTimers(c *fakeClock) int { return c.Pending() }
+func cronTimers(c *clock.Fake) int { return c.Pending() }
 
 // cronEntries is a snapshot of the scheduler's entries by label.
 func cronEntries(sc *scheduler) map[string]*cronEntry {
@@ -255,7 +257,7 @@ func TestCronUpdateAfterWaitIsNoop(t *testing.T) {
 	more := cronSet(t, sched("10s", "a")+sched("20s", "b"))
 
 	t.Run("before start", func(t *testing.T) {
-		clk := newFakeClock()
+		clk := testproc.FakeClock()
 		sc := &scheduler{clock: clk, log: hclog.NewNullLogger(), event: func(store.Event) {},
 			prompt: func(context.Context, string, agents.CronSchedule) error { return nil }}
 		checkUpdate(t, sc, more, 0, 0)
@@ -265,7 +267,7 @@ func TestCronUpdateAfterWaitIsNoop(t *testing.T) {
 	})
 
 	t.Run("after the context ended", func(t *testing.T) {
-		clk := newFakeClock()
+		clk := testproc.FakeClock()
 		sc := &scheduler{clock: clk, log: hclog.NewNullLogger(), event: func(store.Event) {},
 			prompt: func(context.Context, string, agents.CronSchedule) error { return nil }}
 		ctx, cancel := context.WithCancel(context.Background())
@@ -287,7 +289,7 @@ func TestCronUpdateAfterWaitIsNoop(t *testing.T) {
 	// wait before the context ends (nothing to wait for) closes the
 	// scheduler too: an update then must not start loops nobody waits for.
 	t.Run("after wait, context alive", func(t *testing.T) {
-		clk := newFakeClock()
+		clk := testproc.FakeClock()
 		sc := &scheduler{clock: clk, log: hclog.NewNullLogger(), event: func(store.Event) {},
 			prompt: func(context.Context, string, agents.CronSchedule) error { return nil }}
 		ctx, cancel := context.WithCancel(context.Background())

@@ -13,12 +13,14 @@ import (
 
 	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/gateway/store"
+	"github.com/bcpgw/bcpgw/internal/clock"
+	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 // cronHarness runs a scheduler on a fake clock with a prompt function
 // that blocks until the test releases it.
 type cronHarness struct {
-	clock   *fakeClock
+	clock   *clock.Fake
 	mu      sync.Mutex
 	events  []store.Event
 	prompts []string // agent/label of each prompt sent
@@ -36,7 +38,7 @@ func startCron(t *testing.T, set *agents.Set) *cronHarness {
 // h.release; the others are answered at once.
 func runCron(t *testing.T, set *agents.Set, hold func(label string) bool) (*cronHarness, *scheduler) {
 	t.Helper()
-	h := &cronHarness{clock: newFakeClock(), release: make(chan struct{})}
+	h := &cronHarness{clock: testproc.FakeClock(), release: make(chan struct{})}
 	sc := &scheduler{
 		clock: h.clock, log: hclog.NewNullLogger(),
 		event: func(e store.Event) { h.mu.Lock(); h.events = append(h.events, e); h.mu.Unlock() },
@@ -82,7 +84,7 @@ func (h *cronHarness) tick(t *testing.T, d time.Duration) {
 
 func cronWait(t *testing.T, what string, fn func() bool) {
 	t.Helper()
-	if !checkFor(t, testWait, time.Millisecond, fn) {
+	if !testproc.CheckFor(testWait, time.Millisecond, fn) {
 		t.Fatalf("timed out waiting for %s", what)
 	}
 }
@@ -180,7 +182,7 @@ func TestCronPromptsReachTheRuntime(t *testing.T) {
 		}
 	}
 	var fired []store.Event
-	checkFor(t, testWait, pollStep, func() bool { fired = e.events("cron_fired", ""); return len(fired) >= 2 })
+	testproc.CheckFor(testWait, pollStep, func() bool { fired = e.events("cron_fired", ""); return len(fired) >= 2 })
 	if len(fired) < 2 || fired[0].Agent != "ticker" || fired[0].Ref != "pulse" {
 		t.Errorf("cron_fired events = %+v", fired)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bcpgw/bcpgw/gateway/store"
+	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 func TestDeliveryIsRedeliveredAfterControllerCrash(t *testing.T) {
@@ -59,7 +60,7 @@ func TestDeliveriesPendingFromAnEarlierRunAreSentAndRevokedOnesDropped(t *testin
 	if ev[0].Ref != revoked.ID {
 		t.Errorf("dropped_revoked event = %+v, want ref %s", ev[0], revoked.ID)
 	}
-	if !checkFor(t, testWait, pollStep, func() bool {
+	if !testproc.CheckFor(testWait, pollStep, func() bool {
 		got, err := e.store.Delivery(context.Background(), revoked.ID)
 		return err == nil && got.State == store.DeliveryDropped
 	}) {

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/bcpgw/bcpgw/agents"
+	"github.com/bcpgw/bcpgw/gateway/session"
 	"github.com/bcpgw/bcpgw/gateway/store"
 	"github.com/bcpgw/bcpgw/internal/testproc"
 )
@@ -27,8 +28,8 @@ import (
 // testWait bounds every wait of the end-to-end tests; pollStep is how
 // often they look.
 const (
-	testWait = 30 * time.Second
-	pollStep = 10 * time.Millisecond
+	testWait = testproc.Wait
+	pollStep = testproc.Poll
 )
 
 // rec is one line of a testrt log.
@@ -135,7 +136,7 @@ func newE2E(t *testing.T, dir string, set *agents.Set, vars map[string]string, t
 		Logger:      hclog.New(&hclog.LoggerOptions{Name: "gw", Output: logs, Level: hclog.Debug}),
 		ExpiryCheck: 20 * time.Millisecond,
 		StateDir:    dir,
-		Session: SessionConfig{
+		Session: session.Config{
 			Grace:     2 * time.Second,
 			LookupEnv: func(k string) (string, bool) { v, ok := vars[k]; return v, ok },
 		},
@@ -248,7 +249,7 @@ func (e *e2e) records(agent, event string) []rec {
 func (e *e2e) waitRecords(agent, event string, n int) []rec {
 	e.t.Helper()
 	var got []rec
-	if !checkFor(e.t, testWait, pollStep, func() bool {
+	if !testproc.CheckFor(testWait, pollStep, func() bool {
 		got = e.records(agent, event)
 		return len(got) >= n
 	}) {
@@ -262,7 +263,7 @@ func (e *e2e) waitRecords(agent, event string, n int) []rec {
 func (e *e2e) waitEvent(kind, code string) []store.Event {
 	e.t.Helper()
 	var got []store.Event
-	if !checkFor(e.t, testWait, pollStep, func() bool {
+	if !testproc.CheckFor(testWait, pollStep, func() bool {
 		got = e.events(kind, code)
 		return len(got) > 0
 	}) {
@@ -299,7 +300,7 @@ func (e *e2e) prompt(agent, content string) {
 func (e *e2e) pendingApprovals(n int) []store.Approval {
 	e.t.Helper()
 	var got []store.Approval
-	if !checkFor(e.t, testWait, pollStep, func() bool {
+	if !testproc.CheckFor(testWait, pollStep, func() bool {
 		var err error
 		got, err = e.gw.Approvals(context.Background(), store.ApprovalPending)
 		if err != nil {

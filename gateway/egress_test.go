@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/bcpgw/bcpgw/agents"
+	"github.com/bcpgw/bcpgw/internal/fakert"
+	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 // echoServer answers each line on a loopback port with "pong" and counts
@@ -54,7 +56,7 @@ func TestEgressAllowsListedDestinationOnly(t *testing.T) {
 	}
 	dir := t.TempDir()
 	def := fmt.Sprintf("---\nname: fetcher\nruntime: [%q, -test.run=^$]\nenv: {%s: sdk, EGRESS_TRY: %q}\nsandbox: {network: [%q]}\n---\nFetch.\n",
-		exe, fakeRuntimeEnv, allowed+","+other, allowed)
+		exe, fakert.Env, allowed+","+other, allowed)
 	if err := os.WriteFile(filepath.Join(dir, "fetcher.md"), []byte(def), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +97,7 @@ func TestEgressAllowsListedDestinationOnly(t *testing.T) {
 	if _, err := e.gw.Reload(t.Context(), "test"); err != nil {
 		t.Fatal(err)
 	}
-	if !checkFor(t, testWait, pollStep, func() bool { _, err := os.Stat(sock); return os.IsNotExist(err) }) {
+	if !testproc.CheckFor(testWait, pollStep, func() bool { _, err := os.Stat(sock); return os.IsNotExist(err) }) {
 		t.Error("the proxy's socket is still there after its list was taken away")
 	}
 }

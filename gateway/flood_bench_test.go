@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bcpgw/bcpgw/agents"
+	"github.com/bcpgw/bcpgw/gateway/session"
 )
 
 // BenchmarkFlood is one Reader publishing flat out for 30 seconds to a
@@ -79,7 +80,7 @@ bcp_channels:
 `, benchrtPath, secs, readerOut),
 	}
 	// The flooding Reader is the point: no line limit slows it.
-	startGateway(b, dir, defs, func(c *Config) { c.Session = SessionConfig{FloodRate: 1e9, FloodBurst: 1e9} })
+	startGateway(b, dir, defs, func(c *Config) { c.Session = session.Config{FloodRate: 1e9, FloodBurst: 1e9} })
 	waitFile(b, readerOut) // every verdict is in
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)

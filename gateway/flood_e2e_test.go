@@ -84,14 +84,14 @@ bcp_channels:
 
 	// The Controller writes its file once it has received every push.
 	// Generous: this is about counts, not speed.
-	if !checkFor(t, 3*time.Minute, 20*time.Millisecond, func() bool {
+	if !testproc.CheckFor(3*time.Minute, 20*time.Millisecond, func() bool {
 		_, err := os.Stat(out)
 		return err == nil
 	}) {
 		t.Errorf("the Controller did not receive all %d pushes", total)
 	}
 	var delivered, pending int
-	if !checkFor(t, 30*time.Second, 20*time.Millisecond, func() bool {
+	if !testproc.CheckFor(30*time.Second, 20*time.Millisecond, func() bool {
 		ds, err := st.Deliveries(context.Background())
 		if err != nil {
 			t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/bcpgw/bcpgw/agents"
+	"github.com/bcpgw/bcpgw/gateway/session"
 	"github.com/bcpgw/bcpgw/gateway/store"
 )
 
@@ -50,9 +51,9 @@ type Config struct {
 	// ExpiryCheck is how often expired approval items are looked for.
 	// Default DefaultExpiryCheck.
 	ExpiryCheck time.Duration
-	// Session is the template of every session (timeouts, limits);
-	// OnMessage and Holds are the gateway's own and are ignored here.
-	Session SessionConfig
+	// Session is the template of every session (timeouts, limits); its
+	// Owner is the gateway and is ignored here.
+	Session session.Config
 	// Watch reloads the definitions when files in their directory change
 	// (see WatchDefinitions), after WatchDebounce of quiet.
 	Watch         bool
@@ -75,7 +76,7 @@ type Gateway struct {
 	cfg     Config
 	log     hclog.Logger
 	audit   Auditor
-	sv      *Supervisor
+	sv      *session.Supervisor
 	set     atomic.Pointer[agents.Set] // the definitions in force
 	sched   *scheduler
 	metrics *Metrics    // may be nil
@@ -150,25 +151,15 @@ func New(cfg Config) (*Gateway, error) {
 	if sc.Egress == nil {
 		sc.Egress = g.egress.socket
 	}
-	sc.OnMessage = g.onMessage
-	sc.Holds = func(agent, tool string) bool {
-		d := g.set.Load().Agent(agent)
-		return d != nil && d.HasTool(tool)
-	}
-	g.sv = NewSupervisor(SupervisorConfig{
-		Set: cfg.Set, Logger: cfg.Logger, Auditor: g.audit, Clock: cfg.Clock, Session: sc, Metrics: cfg.Metrics,
-		OnStarted: func(s *Session) {
-			g.mu.Lock()
-			g.budgets.started(s)
-			g.mu.Unlock()
-		},
+	g.sv = session.NewSupervisor(session.SupervisorConfig{
+		Set: cfg.Set, Logger: cfg.Logger, Owner: sessionOwner{g}, Clock: cfg.Clock, Session: sc,
 	})
 	return g, nil
 }
 
 // Supervisor returns the supervisor of the gateway's sessions, for
 // operator actions (prompts, states, restarts).
-func (g *Gateway) Supervisor() *Supervisor { return g.sv }
+func (g *Gateway) Supervisor() *session.Supervisor { return g.sv }
 
 // Run delivers what the store still holds from before, then routes until
 // ctx ends, when it stops every session and returns.
@@ -244,6 +235,28 @@ func (g *Gateway) spawn(fn func()) bool {
 	}()
 	return true
 }
+
+// sessionOwner is the gateway as its sessions and supervisor see it
+// (session.SupervisorOwner): the methods are kept off Gateway's own API.
+type sessionOwner struct{ g *Gateway }
+
+func (o sessionOwner) Audit(e store.Event) { o.g.audit.Audit(e) }
+
+func (o sessionOwner) Holds(agent, tool string) bool {
+	d := o.g.set.Load().Agent(agent)
+	return d != nil && d.HasTool(tool)
+}
+
+func (o sessionOwner) Message(s *session.Session, m session.Message) { o.g.onMessage(s, m) }
+
+func (o sessionOwner) Started(s *session.Session) {
+	o.g.mu.Lock()
+	o.g.budgets.started(s)
+	o.g.mu.Unlock()
+}
+
+func (o sessionOwner) Crashed(agent string)          { o.g.metrics.crashed(agent) }
+func (o sessionOwner) Restarted(agent, cause string) { o.g.metrics.restarted(agent, cause) }
 
 func (g *Gateway) now() time.Time { return g.cfg.Clock.Now() }
 

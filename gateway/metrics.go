@@ -9,6 +9,7 @@ import (
 
 	"github.com/bcpgw/bcpgw/bcp"
 	"github.com/bcpgw/bcpgw/gateway/egress"
+	"github.com/bcpgw/bcpgw/gateway/session"
 	"github.com/bcpgw/bcpgw/gateway/store"
 )
 
@@ -181,7 +182,7 @@ func (c scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.NewInvalidMetric(c.m.sessions, err)
 		return
 	}
-	counts := map[AgentState]int{StateStopped: 0, StateStarting: 0, StateRunning: 0, StateBackoff: 0, StateFailed: 0}
+	counts := map[session.AgentState]int{session.StateStopped: 0, session.StateStarting: 0, session.StateRunning: 0, session.StateBackoff: 0, session.StateFailed: 0}
 	for _, a := range all {
 		counts[a.State]++
 	}

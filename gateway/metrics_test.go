@@ -5,12 +5,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/bcpgw/bcpgw/bcp"
 	"github.com/bcpgw/bcpgw/gateway/egress"
 	"github.com/bcpgw/bcpgw/gateway/store"
+	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 // withMetrics returns a tune for startE2E that records metrics in a
@@ -68,7 +70,7 @@ func waitMetric(t *testing.T, reg *prometheus.Registry, name string, labels map[
 	t.Helper()
 	var got float64
 	var ok bool
-	if !checkFor(t, testWait, pollStep, func() bool {
+	if !testproc.CheckFor(testWait, pollStep, func() bool {
 		got, ok = metricValue(t, reg, name, labels)
 		return ok && got == want
 	}) {
@@ -152,7 +154,9 @@ func TestMetricsQueriesReloadsAndCrashes(t *testing.T) {
 	// A crash is counted, and the restart that follows it.
 	s := e.sessionOf("researcher")
 	s.Kill()
-	waitDone(t, s)
+	if !testproc.CheckFor(testWait, pollStep, s.Ended) {
+		t.Fatal("session did not end")
+	}
 	waitMetric(t, reg, "bcpgw_session_crashes_total", map[string]string{"agent": "researcher"}, 1)
 }
 
@@ -208,4 +212,16 @@ func TestMetricsEgress(t *testing.T) {
 	}
 	var off *Metrics
 	off.Egress(egress.Record{Agent: "x", Outcome: egress.OutcomeOK, BytesUp: 1}) // records nothing, and does not panic
+}
+
+// Each throttle episode is counted in bcpgw_session_throttles_total.
+func TestFloodThrottleMetric(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	a := countingAuditor{next: LogAuditor{Logger: hclog.NewNullLogger()}, m: NewMetrics(reg)}
+	a.Audit(store.Event{Kind: "session_throttled", Agent: "main"})
+	a.Audit(store.Event{Kind: "session_throttled", Agent: "main"})
+	a.Audit(store.Event{Kind: "session_started", Agent: "main"})
+	if v, ok := metricValue(t, reg, "bcpgw_session_throttles_total", map[string]string{"agent": "main"}); !ok || v != 2 {
+		t.Errorf("bcpgw_session_throttles_total{agent=main} = %v (%v), want 2", v, ok)
+	}
 }

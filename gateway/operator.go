@@ -8,6 +8,7 @@ import (
 	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/bcp"
 	"github.com/bcpgw/bcpgw/gateway/control"
+	"github.com/bcpgw/bcpgw/gateway/session"
 	"github.com/bcpgw/bcpgw/gateway/store"
 )
 
@@ -24,7 +25,12 @@ var _ control.Backend = (*Operator)(nil)
 // Operator returns the gateway's control.Backend.
 func (g *Gateway) Operator() *Operator { return &Operator{g: g} }
 
-func decider(p control.Peer) Decider { return Decider{Name: p.User, UID: p.UID, PID: p.PID} }
+// decider is who is on the other end of a control connection as the
+// gateway records a decision: the one place where the socket's wire type
+// (control.Peer, which also carries the gid) becomes store.Decider.
+func decider(p control.Peer) store.Decider {
+	return store.Decider{Name: p.User, UID: p.UID, PID: p.PID}
+}
 
 // acted records an operator's action.
 func (o *Operator) acted(kind, agent string, by control.Peer, detail string) {
@@ -99,9 +105,9 @@ func agentError(name string, err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ErrNoAgent):
+	case errors.Is(err, session.ErrNoAgent):
 		return control.Errorf(control.CodeNotFound, "no agent named %q (see bcpgw agents)", name)
-	case errors.Is(err, ErrAgentFailed):
+	case errors.Is(err, session.ErrAgentFailed):
 		return control.Errorf(control.CodeAgentFailed, "%v", err)
 	}
 	return err
@@ -152,6 +158,9 @@ func (o *Operator) Approval(ctx context.Context, id string) (control.Approval, e
 // Approve implements control.Backend.
 func (o *Operator) Approve(ctx context.Context, by control.Peer, p control.ApproveParams) (control.Approval, error) {
 	a, err := o.g.Approve(ctx, p.ID, p.SHA256, decider(by), p.Note)
+	if errors.Is(err, store.ErrAlreadyApproved) && a != nil {
+		return control.Approval{}, alreadyApproved(a, decider(by))
+	}
 	if err != nil {
 		return control.Approval{}, decisionError(p.ID, a, err)
 	}
@@ -167,6 +176,22 @@ func (o *Operator) Reject(ctx context.Context, by control.Peer, p control.Reject
 	return approvalView(a), nil
 }
 
+// alreadyApproved is the refusal of a second approval by the same
+// operator (uid) of an item that needs several: "approval item ap-x
+// already has your approval (alice, uid 1000, at ...): 1 of 2 approvals;
+// the next must come from another operator (another uid); nothing was
+// changed".
+func alreadyApproved(a *store.Approval, by store.Decider) error {
+	when := ""
+	for _, g := range a.Grants {
+		if g.By.UID == by.UID {
+			when = ", at " + g.At.Format("2006-01-02 15:04:05Z07:00")
+		}
+	}
+	return control.Errorf(control.CodeAlreadyApproved, "approval item %s already has your approval (%s, uid %d%s): %s; "+
+		"the next must come from another operator (another uid); nothing was changed", a.ID, by.Name, by.UID, when, a.Approved())
+}
+
 // decisionError maps the errors of a decision to the API's codes, with a
 // message that says what happened to the item.
 func decisionError(id string, a *store.Approval, err error) error {
@@ -176,9 +201,11 @@ func decisionError(id string, a *store.Approval, err error) error {
 	case errors.Is(err, store.ErrDecided):
 		if a != nil {
 			return control.Errorf(control.CodeAlreadyDecided, "approval item %s was already %s by %s at %s; nothing was changed",
-				id, a.Status, a.DecidedBy, a.DecidedAt.Format("2006-01-02 15:04:05Z07:00"))
+				id, a.Status, a.DecidedBy.Name, a.DecidedAt.Format("2006-01-02 15:04:05Z07:00"))
 		}
 		return control.Errorf(control.CodeAlreadyDecided, "approval item %s was already decided; nothing was changed", id)
+	case errors.Is(err, store.ErrAlreadyApproved):
+		return control.Errorf(control.CodeAlreadyApproved, "%v: the next approval must come from another operator (another uid); nothing was changed", err)
 	case errors.Is(err, store.ErrHashMismatch):
 		return control.Errorf(control.CodeHashMismatch, "approval item %s: the content you were shown is not the content stored; look at it again", id)
 	case errors.Is(err, store.ErrExpired):
@@ -196,15 +223,18 @@ func approvalView(a *store.Approval) control.Approval {
 		Seq: a.Seq, ID: a.ID, Status: string(a.Status), Controller: a.Controller, Reader: a.Reader, SubscriptionID: a.SubscriptionID,
 		QueryID: a.QueryID, Category: int(a.Category), Directive: a.Directive, Response: a.Response, SHA256: a.SHA256,
 		Anomalies: a.Anomalies, BandwidthBits: a.Bits, CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt,
-		DecidedAt: a.DecidedAt, DecidedBy: a.DecidedBy, DecidedPID: a.DecidedPID,
-		Reason: a.Reason, Note: a.Note,
+		DecidedAt: a.DecidedAt, DecidedBy: a.DecidedBy.Name, DecidedPID: a.DecidedBy.PID,
+		Reason: a.Reason, Note: a.Note, Required: a.Required,
 	}
 	if v.Anomalies == nil {
 		v.Anomalies = []bcp.Anomaly{}
 	}
-	if a.DecidedPID > 0 {
-		uid := a.DecidedUID
+	if a.DecidedBy.PID > 0 {
+		uid := a.DecidedBy.UID
 		v.DecidedUID = &uid
+	}
+	for _, g := range a.Grants {
+		v.Approvals = append(v.Approvals, control.Approver{User: g.By.Name, UID: g.By.UID, PID: g.By.PID, At: g.At, Note: g.Note})
 	}
 	return v
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/bcpgw/bcpgw/gateway/control"
 	"github.com/bcpgw/bcpgw/gateway/store"
+	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 // End-to-end tests of the operator API: a real Gateway (real testrt
@@ -112,7 +113,7 @@ func (o *opCtl) nextPending(seen map[string]bool) control.Approval {
 	o.t.Helper()
 	ctx := testCtx(o.t)
 	var got *control.Approval
-	if !checkFor(o.t, testWait, pollStep, func() bool {
+	if !testproc.CheckFor(testWait, pollStep, func() bool {
 		items, err := o.cl.Approvals(ctx, "")
 		if err != nil {
 			o.t.Fatalf("approvals.list: %v", err)
@@ -154,7 +155,7 @@ func (o *opCtl) agent(name string) control.Agent {
 func (o *opCtl) waitAgent(name string, ok func(control.Agent) bool) control.Agent {
 	o.t.Helper()
 	var a control.Agent
-	if !checkFor(o.t, testWait, pollStep, func() bool {
+	if !testproc.CheckFor(testWait, pollStep, func() bool {
 		a = o.agent(name)
 		return ok(a)
 	}) {
@@ -379,10 +380,10 @@ func TestOperatorApproveDeliversAndRecordsThePeer(t *testing.T) {
 
 	// The store records who decided, as the kernel told the server.
 	st := e.approval(item.ID)
-	if st.Status != store.ApprovalApproved || st.DecidedBy != opUser() || st.DecidedUID != os.Getuid() || st.DecidedPID != os.Getpid() ||
+	if st.Status != store.ApprovalApproved || st.DecidedBy != (store.Decider{Name: opUser(), UID: os.Getuid(), PID: os.Getpid()}) ||
 		st.DecidedSHA256 != item.SHA256 || st.Note != note {
 		t.Errorf("stored item: status %s, by %q uid %d pid %d, sha %s, note %q; want approved by %q uid %d pid %d, sha %s, note %q",
-			st.Status, st.DecidedBy, st.DecidedUID, st.DecidedPID, st.DecidedSHA256, st.Note,
+			st.Status, st.DecidedBy.Name, st.DecidedBy.UID, st.DecidedBy.PID, st.DecidedSHA256, st.Note,
 			opUser(), os.Getuid(), os.Getpid(), item.SHA256, note)
 	}
 	got, err := op.cl.Approval(ctx, item.ID)
@@ -543,8 +544,8 @@ func TestOperatorConcurrentClientsDecideOnce(t *testing.T) {
 			!w.approve && (st.Status != store.ApprovalRejected || st.Reason != w.text || st.Note != ""):
 			t.Errorf("round %d: stored %s, note %q, reason %q; the winner was %+v", i, st.Status, st.Note, st.Reason, w)
 		}
-		if st.DecidedPID != os.Getpid() || st.DecidedBy != opUser() {
-			t.Errorf("round %d: decided by %q pid %d", i, st.DecidedBy, st.DecidedPID)
+		if st.DecidedBy.PID != os.Getpid() || st.DecidedBy.Name != opUser() {
+			t.Errorf("round %d: decided by %q pid %d", i, st.DecidedBy.Name, st.DecidedBy.PID)
 		}
 		if w.approve {
 			approvedIDs[item.ID] = true
@@ -643,7 +644,7 @@ func TestOperatorApproveAfterExpiryIsExpired(t *testing.T) {
 	ctx := testCtx(t)
 	e.prompt("researcher", "go")
 	item := op.nextPending(map[string]bool{})
-	if !checkFor(t, testWait, pollStep, func() bool { return time.Now().After(item.ExpiresAt) }) {
+	if !testproc.CheckFor(testWait, pollStep, func() bool { return time.Now().After(item.ExpiresAt) }) {
 		t.Fatal("the item's expiry never passed")
 	}
 	_, err := op.cl.Approve(ctx, item.ID, item.SHA256, "late")
@@ -1012,7 +1013,7 @@ func TestOperatorAgentsListStopStartPrompt(t *testing.T) {
 	if !stopped.Held || stopped.PID != 0 || stopped.Session != "" {
 		t.Errorf("main after stop = %+v", stopped)
 	}
-	if !checkFor(t, testWait, pollStep, func() bool { return syscall.Kill(m.PID, 0) != nil }) {
+	if !testproc.CheckFor(testWait, pollStep, func() bool { return syscall.Kill(m.PID, 0) != nil }) {
 		t.Errorf("main's process %d still exists after stop", m.PID)
 	}
 	e.waitEventMatching("session_stopped", "", func(ev store.Event) bool { return ev.Agent == "main" && ev.Ref == m.Session })
@@ -1062,7 +1063,7 @@ func TestOperatorAgentsListStopStartPrompt(t *testing.T) {
 	// not. The events are stored asynchronously: wait for the last.
 	type act struct{ kind, agent, detail string }
 	var got []act
-	if !checkFor(t, testWait, pollStep, func() bool {
+	if !testproc.CheckFor(testWait, pollStep, func() bool {
 		got = nil
 		for _, ev := range op.events("operator_*") {
 			got = append(got, act{ev.Kind, ev.Agent, ev.Detail})
@@ -1333,7 +1334,7 @@ func TestOperatorStatus(t *testing.T) {
 	}
 	// last_event_seq is the newest event's seq: the same as events.list
 	// says, once no event is stored between the two calls.
-	if !checkFor(t, testWait, pollStep, func() bool {
+	if !testproc.CheckFor(testWait, pollStep, func() bool {
 		st, err := op.cl.Status(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -1351,7 +1352,7 @@ func TestOperatorStatus(t *testing.T) {
 	if _, err := op.cl.Approve(ctx, item.ID, item.SHA256, ""); err != nil {
 		t.Fatalf("approve: %v", err)
 	}
-	if !checkFor(t, testWait, pollStep, func() bool {
+	if !testproc.CheckFor(testWait, pollStep, func() bool {
 		st, err = op.cl.Status(ctx)
 		if err != nil {
 			t.Fatal(err)

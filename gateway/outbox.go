@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bcpgw/bcpgw/gateway/session"
 	"github.com/bcpgw/bcpgw/gateway/store"
 	"github.com/bcpgw/bcpgw/runtime"
 )
@@ -35,8 +36,8 @@ type outbox struct {
 // courier owns the delivery queue of one Controller.
 type courier struct {
 	controller string
-	sess       *Session      // the session last delivered to; owned by the courier goroutine
-	wake       chan struct{} // capacity 1: something was queued
+	sess       *session.Session // the session last delivered to; owned by the courier goroutine
+	wake       chan struct{}    // capacity 1: something was queued
 
 	mu    sync.Mutex
 	queue []store.Delivery // the window: the oldest pending deliveries, and operator retries
@@ -170,7 +171,7 @@ func (g *Gateway) head(ctx context.Context, c *courier) (store.Delivery, bool) {
 				return store.Delivery{}, false
 			}
 			g.log.Error("cannot read pending deliveries; retrying", "controller", c.controller, "error", err)
-			if !g.sleep(ctx, Backoff(failures)) {
+			if !g.sleep(ctx, session.Backoff(failures)) {
 				return store.Delivery{}, false
 			}
 			failures++
@@ -223,65 +224,44 @@ func (c *courier) pop() {
 // marked redelivered; after MaxDeliveryFailures such sessions it is
 // parked.
 func (g *Gateway) courier(ctx context.Context, c *courier) {
-	waits := 0 // consecutive rounds without a session to send to
 	for {
 		d, ok := g.head(ctx, c)
 		if !ok {
 			return
 		}
-		sent, unmarked, err := g.deliver(ctx, c, &d)
+		unmarked, err := g.deliver(ctx, c, &d)
 		if ctx.Err() != nil {
 			// Stopping: a send cut off here is nobody's failure.
 			return
 		}
 		var rev revokedError
-		if errors.As(err, &rev) {
+		switch {
+		case errors.As(err, &rev):
 			g.finish(c, d, store.DeliveryDropped, "dropped_revoked", string(rev))
-			continue
+		case err != nil:
+			// Only a delivery that failed too often is given up on
+			// (redeliver).
+			g.finish(c, d, store.DeliveryParked, "delivery_parked",
+				fmt.Sprintf("parked: %d sessions of %s ended before acknowledging it; retry or discard it with bcpgw deliveries", d.Failures, d.Controller))
+		default:
+			g.delivered(c, d, unmarked)
 		}
-		if err != nil {
-			// A session stopped on request (an operator, a reload) did not
-			// fail the delivery; one that crashed or timed out did.
-			if sent && !errors.Is(err, ErrStoppedOnRequest) {
-				d.Failures++
-				g.cfg.Store.RecordFailure(d.ID, store.Event{Time: g.now(), Kind: "delivery_failed", Agent: d.Controller, Peer: d.Reader,
-					Category: int(d.Category), Bits: d.Bits,
-					Detail: fmt.Sprintf("the session of %s ended before acknowledging delivery %s (%d of %d)", d.Controller, d.ID, d.Failures, MaxDeliveryFailures)})
-			}
-			c.mu.Lock()
-			c.queue[0].Attempts, c.queue[0].Failures = d.Attempts, d.Failures
-			c.mu.Unlock()
-			if d.Failures >= MaxDeliveryFailures {
-				// A delivery that kills its Controller every time must not
-				// block the ones behind it for ever, nor vanish: an
-				// operator retries or discards it.
-				g.finish(c, d, store.DeliveryParked, "delivery_parked",
-					fmt.Sprintf("parked: %d sessions of %s ended before acknowledging it; retry or discard it with bcpgw deliveries", d.Failures, d.Controller))
-				continue
-			}
-			if !errors.Is(err, ErrSessionClosed) {
-				g.log.Warn("delivery waiting: controller unavailable", "controller", d.Controller, "delivery", d.ID, "error", err)
-			}
-			// Back off here too: the supervisor restarts a crashed session
-			// at once when nothing waits for it at the moment it notices.
-			if !g.sleep(ctx, Backoff(waits)) {
-				return
-			}
-			waits++
-			continue
-		}
-		waits = 0
-		g.metrics.delivered(d, g.now())
-		g.backlog.done(d)
-		acked := store.Event{Time: g.now(), Kind: "delivery_acked", Agent: d.Controller, Peer: d.Reader,
-			Detail: fmt.Sprintf("%s acknowledged delivery %s", d.Controller, d.ID), Category: int(d.Category), Bits: d.Bits}
-		if unmarked != nil {
-			g.cfg.Store.FinishSent(d.ID, store.DeliveryDelivered, "", g.now(), *unmarked, acked)
-		} else {
-			g.cfg.Store.FinishDelivery(d.ID, store.DeliveryDelivered, "", g.now(), acked)
-		}
-		c.pop()
 	}
+}
+
+// delivered records that c's head delivery d was acknowledged, with its
+// send if that is not recorded yet (unmarked), and takes it out.
+func (g *Gateway) delivered(c *courier, d store.Delivery, unmarked *store.Event) {
+	g.metrics.delivered(d, g.now())
+	g.backlog.done(d)
+	acked := store.Event{Time: g.now(), Kind: "delivery_acked", Agent: d.Controller, Peer: d.Reader,
+		Detail: fmt.Sprintf("%s acknowledged delivery %s", d.Controller, d.ID), Category: int(d.Category), Bits: d.Bits}
+	if unmarked != nil {
+		g.cfg.Store.FinishSent(d.ID, store.DeliveryDelivered, "", g.now(), *unmarked, acked)
+	} else {
+		g.cfg.Store.FinishDelivery(d.ID, store.DeliveryDelivered, "", g.now(), acked)
+	}
+	c.pop()
 }
 
 // finish takes c's head delivery d out of the outbox for good, or until
@@ -296,92 +276,109 @@ func (g *Gateway) finish(c *courier, d store.Delivery, state store.DeliveryState
 	c.pop()
 }
 
-// deliver sends d to the Controller's session as a turn and waits for its
-// result. It counts the send in d and reports whether the turn was sent:
-// an error after a send means the session ended before answering. On
-// success, unmarked is the send's event if it is not recorded yet: the
-// caller records it with the acknowledgment. Only c's goroutine calls it.
-func (g *Gateway) deliver(ctx context.Context, c *courier, d *store.Delivery) (sent bool, unmarked *store.Event, err error) {
-	// The session of the last delivery is asked first: the supervisor is
-	// asked only when there is none or it has ended.
-	if c.sess == nil || ended(c.sess) {
-		if err := g.checkRevoked(d); err != nil {
-			return false, nil, err // no session is started for it
-		}
-		sess, err := g.sv.Ensure(ctx, d.Controller)
-		if err != nil {
-			return false, nil, err
-		}
-		c.sess = sess
-	}
-	sess := c.sess
-	// Checked again right before the send: a reload may have come while
-	// the session started.
-	if err := g.checkRevoked(d); err != nil {
-		return false, nil, err
-	}
-	msg := forController(sess, runtime.ResponseDelivery{
-		Type: runtime.TypeResponseDelivery, QueryID: d.QueryID, SubscriptionID: d.SubscriptionID,
-		Category: d.Category, FromAgent: d.Reader, Response: d.Response, BandwidthBits: d.Bits,
-		DeliveryID: d.ID, RequestID: d.RequestID, Anomalies: d.Anomalies, Redelivered: d.Attempts > 0,
-		Prompt: deliveryPrompt(*d),
+// deliver brings d to the Controller's session as a turn and waits for
+// its result: the session of the last delivery is asked first, and d is
+// checked against the current definitions before each send. Each send is
+// counted in d. If the session ends before the result, d goes to the
+// next session, marked redelivered, after a backoff (redeliver). It
+// gives up when d is revoked, or has failed MaxDeliveryFailures times.
+// On success, unmarked is the send's event if it is not recorded yet:
+// the caller records it with the acknowledgment. Only c's goroutine
+// calls it.
+func (g *Gateway) deliver(ctx context.Context, c *courier, d *store.Delivery) (unmarked *store.Event, err error) {
+	var ev store.Event // the last send's
+	err = g.bringTurn(ctx, turnJob{
+		agent: d.Controller,
+		sess:  &c.sess,
+		check: func() error { return g.checkRevoked(d) },
+		msg: func(s *session.Session) any {
+			return forController(s, runtime.ResponseDelivery{
+				Type: runtime.TypeResponseDelivery, QueryID: d.QueryID, SubscriptionID: d.SubscriptionID,
+				Category: d.Category, FromAgent: d.Reader, Response: d.Response, BandwidthBits: d.Bits,
+				DeliveryID: d.ID, RequestID: d.RequestID, Anomalies: d.Anomalies, Redelivered: d.Attempts > 0,
+				Prompt: deliveryPrompt(*d),
+			})
+		},
+		sent: func() {
+			kind := "delivery_sent"
+			if d.Attempts > 0 {
+				kind = "delivery_retried"
+			}
+			d.Attempts++
+			ev = store.Event{Time: g.now(), Kind: kind, Agent: d.Controller, Peer: d.Reader, Ref: d.ID, Category: int(d.Category), Bits: d.Bits,
+				Detail: fmt.Sprintf("delivery %s to %s (attempt %d)", d.ID, d.Controller, d.Attempts)}
+			g.log.Debug(ev.Detail, "kind", ev.Kind)
+		},
+		await: func(ctx context.Context, done <-chan error) error {
+			var err error
+			unmarked, err = g.awaitAck(ctx, d, ev, done)
+			return err
+		},
+		retry: func(attempt int, sent bool, err error) (time.Duration, bool) {
+			return g.redeliver(c, d, attempt, sent, err)
+		},
 	})
-	sentCh, done, err := sess.TurnSent(ctx, msg)
-	if err != nil {
-		return false, nil, err
-	}
-	// The delivery may wait behind another turn (a prompt, a cron
-	// firing): it counts as sent, and its session's end as its failure,
-	// only once the runtime was given it.
-	select {
-	case <-sentCh:
-	case err := <-done:
-		select {
-		case <-sentCh: // sent, and answered or ended at once
-			done = replay(err)
-		default:
-			return false, nil, err
-		}
-	case <-ctx.Done():
-		return false, nil, ctx.Err()
-	}
-	d.Attempts++
-	kind := "delivery_sent"
-	if msg.Redelivered {
-		kind = "delivery_retried"
-	}
-	ev := store.Event{Time: g.now(), Kind: kind, Agent: d.Controller, Peer: d.Reader, Ref: d.ID, Category: int(d.Category), Bits: d.Bits,
-		Detail: fmt.Sprintf("delivery %s to %s (attempt %d)", d.ID, d.Controller, d.Attempts)}
-	g.log.Debug(ev.Detail, "kind", ev.Kind)
-	// Most runtimes answer at once: then the send is recorded with the
-	// acknowledgment, in one write (FinishSent). One that takes longer
-	// than markDelay, or fails, has its send recorded on its own first.
+	return unmarked, err
+}
+
+// awaitAck waits for the result of the turn that carries d. Most
+// runtimes answer at once: then the send (ev) is returned, to be recorded
+// with the acknowledgment in one write (FinishSent). One that takes
+// longer than markDelay, or fails, has its send recorded on its own
+// first.
+func (g *Gateway) awaitAck(ctx context.Context, d *store.Delivery, ev store.Event, done <-chan error) (*store.Event, error) {
 	mark := g.cfg.Clock.NewTimer(markDelay)
 	defer mark.Stop()
 	select {
 	case err := <-done:
 		if err == nil {
-			return true, &ev, nil
+			return &ev, nil
 		}
 		g.cfg.Store.MarkAttempted(d.ID, ev)
-		return true, nil, err
+		return nil, err
 	case <-mark.C():
 	case <-ctx.Done():
 	}
 	g.cfg.Store.MarkAttempted(d.ID, ev)
 	select {
 	case err := <-done:
-		return true, nil, err
+		return nil, err
 	case <-ctx.Done():
-		return true, nil, ctx.Err()
+		return nil, ctx.Err()
 	}
 }
 
-// replay returns a channel that holds err: a turn's outcome read early.
-func replay(err error) <-chan error {
-	ch := make(chan error, 1)
-	ch <- err
-	return ch
+// redeliver is the outbox's retry policy: after the attempt-th send of d
+// failed with err, it counts a failure if the runtime had been handed d
+// and its session was not stopped on request (an operator, a reload), and
+// says how long to wait before sending d again, or that d is revoked or
+// has failed too often (it is then parked).
+func (g *Gateway) redeliver(c *courier, d *store.Delivery, attempt int, sent bool, err error) (time.Duration, bool) {
+	var rev revokedError
+	if errors.As(err, &rev) {
+		return 0, false
+	}
+	if sent && !errors.Is(err, session.ErrStoppedOnRequest) {
+		d.Failures++
+		g.cfg.Store.RecordFailure(d.ID, store.Event{Time: g.now(), Kind: "delivery_failed", Agent: d.Controller, Peer: d.Reader,
+			Category: int(d.Category), Bits: d.Bits,
+			Detail: fmt.Sprintf("the session of %s ended before acknowledging delivery %s (%d of %d)", d.Controller, d.ID, d.Failures, MaxDeliveryFailures)})
+	}
+	c.mu.Lock()
+	c.queue[0].Attempts, c.queue[0].Failures = d.Attempts, d.Failures
+	c.mu.Unlock()
+	if d.Failures >= MaxDeliveryFailures {
+		// A delivery that kills its Controller every time must not block
+		// the ones behind it for ever, nor vanish: an operator retries or
+		// discards it.
+		return 0, false
+	}
+	if !errors.Is(err, session.ErrSessionClosed) {
+		g.log.Warn("delivery waiting: controller unavailable", "controller", d.Controller, "delivery", d.ID, "error", err)
+	}
+	// Back off here too: the supervisor restarts a crashed session at once
+	// when nothing waits for it at the moment it notices.
+	return session.Backoff(attempt), true
 }
 
 // markDelay is how long the outbox waits for a runtime's result before it
@@ -390,18 +387,6 @@ func replay(err error) <-chan error {
 // says redelivered false, and the runtime still drops the duplicate by
 // its delivery_id.
 const markDelay = 50 * time.Millisecond
-
-// sleep waits d on the gateway's clock, or until ctx ends (false).
-func (g *Gateway) sleep(ctx context.Context, d time.Duration) bool {
-	t := g.cfg.Clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C():
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
 
 // revoked says why data from reader to controller may no longer be
 // delivered under the current definitions, or "" if it may: the channel

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/bcpgw/bcpgw/bcp"
+	"github.com/bcpgw/bcpgw/gateway/session"
 	"github.com/bcpgw/bcpgw/gateway/store"
+	"github.com/bcpgw/bcpgw/internal/testproc"
 	"github.com/bcpgw/bcpgw/runtime"
 )
 
@@ -112,7 +114,7 @@ func TestBacklogFullRefusesPushesAndChargesNothing(t *testing.T) {
 		t.Errorf("%d pushes accepted, want 2 (the backlog limit)", accepted)
 	}
 	refused := e.waitEvent("refused", string(bcp.BacklogFull))
-	if !checkFor(t, testWait, pollStep, func() bool { return len(e.events("refused", string(bcp.BacklogFull))) == 3 }) {
+	if !testproc.CheckFor(testWait, pollStep, func() bool { return len(e.events("refused", string(bcp.BacklogFull))) == 3 }) {
 		t.Errorf("backlog_full refusals audited: %d, want 3", len(e.events("refused", string(bcp.BacklogFull))))
 	}
 	if refused[0].Agent != "researcher" || refused[0].Peer != "main" || len(refused[0].Payload) == 0 {
@@ -171,7 +173,7 @@ func TestPoisonDeliveryIsParkedThenRetriedByAnOperator(t *testing.T) {
 		t.Fatalf("applied %+v, want the second delivery past the parked one", applied)
 	}
 	var d *store.Delivery
-	if !checkFor(t, testWait, pollStep, func() bool {
+	if !testproc.CheckFor(testWait, pollStep, func() bool {
 		var err error
 		d, err = e.store.Delivery(context.Background(), seeded[0].ID)
 		return err == nil && d.State == store.DeliveryParked
@@ -188,13 +190,13 @@ func TestPoisonDeliveryIsParkedThenRetriedByAnOperator(t *testing.T) {
 
 	// Only parked deliveries are the operator's.
 	ctx := context.Background()
-	if _, err := e.gw.RetryDelivery(ctx, seeded[1].ID, Decider{Name: "alice"}); !errors.Is(err, store.ErrNotParked) {
+	if _, err := e.gw.RetryDelivery(ctx, seeded[1].ID, store.Decider{Name: "alice"}); !errors.Is(err, store.ErrNotParked) {
 		t.Errorf("retry of a delivered delivery: %v, want ErrNotParked", err)
 	}
-	if _, err := e.gw.DiscardDelivery(ctx, "dl-nope", Decider{Name: "alice"}, ""); !errors.Is(err, store.ErrNotFound) {
+	if _, err := e.gw.DiscardDelivery(ctx, "dl-nope", store.Decider{Name: "alice"}, ""); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("discard of an unknown delivery: %v, want ErrNotFound", err)
 	}
-	if _, err := e.gw.RetryDelivery(ctx, seeded[0].ID, Decider{Name: "alice", UID: 1000, PID: 42}); err != nil {
+	if _, err := e.gw.RetryDelivery(ctx, seeded[0].ID, store.Decider{Name: "alice", UID: 1000, PID: 42}); err != nil {
 		t.Fatal(err)
 	}
 	applied = e.waitRecords("main", "applied", 2)
@@ -215,14 +217,14 @@ func TestDiscardedDeliveryIsDroppedWithWhoAndWhy(t *testing.T) {
 		failedBefore(t, c.Store, seeded[0].ID, MaxDeliveryFailures-1)
 	})
 	e.waitEvent("delivery_parked", "")
-	d, err := e.gw.DiscardDelivery(context.Background(), seeded[0].ID, Decider{Name: "bob"}, "poison")
+	d, err := e.gw.DiscardDelivery(context.Background(), seeded[0].ID, store.Decider{Name: "bob"}, "poison")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d.State != store.DeliveryDropped || d.DoneDetail != "discarded by bob: poison" {
 		t.Errorf("discarded delivery = %+v", d)
 	}
-	if _, err := e.gw.RetryDelivery(context.Background(), seeded[0].ID, Decider{Name: "bob"}); !errors.Is(err, store.ErrNotParked) {
+	if _, err := e.gw.RetryDelivery(context.Background(), seeded[0].ID, store.Decider{Name: "bob"}); !errors.Is(err, store.ErrNotParked) {
 		t.Errorf("retry after discard: %v, want ErrNotParked", err)
 	}
 	e.waitEvent("delivery_discarded", "")
@@ -285,8 +287,8 @@ func TestDeliveryQueuedBehindATurnIsNotSent(t *testing.T) {
 	sess.Kill()
 	select {
 	case err := <-done:
-		if !errors.Is(err, ErrSessionClosed) {
-			t.Errorf("queued turn ended with %v, want ErrSessionClosed", err)
+		if !errors.Is(err, session.ErrSessionClosed) {
+			t.Errorf("queued turn ended with %v, want session.ErrSessionClosed", err)
 		}
 	case <-ctx.Done():
 		t.Fatal("the queued turn never ended")

@@ -15,7 +15,7 @@ import (
 
 // RetryDelivery puts a parked delivery back in its Controller's outbox,
 // its failure count cleared. Errors: store.ErrNotFound, store.ErrNotParked.
-func (g *Gateway) RetryDelivery(ctx context.Context, id string, by Decider) (*store.Delivery, error) {
+func (g *Gateway) RetryDelivery(ctx context.Context, id string, by store.Decider) (*store.Delivery, error) {
 	if err := g.waitRunning(ctx); err != nil {
 		return nil, err
 	}
@@ -32,7 +32,7 @@ func (g *Gateway) RetryDelivery(ctx context.Context, id string, by Decider) (*st
 
 // DiscardDelivery gives up a parked delivery for good: it is marked
 // dropped with the reason. Errors: store.ErrNotFound, store.ErrNotParked.
-func (g *Gateway) DiscardDelivery(ctx context.Context, id string, by Decider, reason string) (*store.Delivery, error) {
+func (g *Gateway) DiscardDelivery(ctx context.Context, id string, by store.Decider, reason string) (*store.Delivery, error) {
 	if err := g.waitRunning(ctx); err != nil {
 		return nil, err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bcpgw/bcpgw/agents"
+	"github.com/bcpgw/bcpgw/gateway/session"
 	"github.com/bcpgw/bcpgw/gateway/store"
 )
 
@@ -201,7 +202,7 @@ bcp_channels:
 		c.Metrics = m
 		// The default flood limit (200 lines/s) is for model-driven
 		// agents; the benchmark reader publishes thousands a second.
-		c.Session = SessionConfig{FloodRate: 1e9, FloodBurst: 1e9}
+		c.Session = session.Config{FloodRate: 1e9, FloodBurst: 1e9}
 		// The reader publishes without retrying: nothing may be refused
 		// for a backlog (the flood benchmark measures that).
 		c.MaxBacklog = 1 << 30

@@ -3,6 +3,8 @@ package gateway
 import (
 	"fmt"
 	"testing"
+
+	"github.com/bcpgw/bcpgw/gateway/session"
 )
 
 // BenchmarkPushManyAgents is the flat-out push of BenchmarkPushVsRelay
@@ -100,7 +102,7 @@ bcp_channels:
 			if len(c.Set.Agents) != 2+extra {
 				b.Fatalf("%d agents, want %d", len(c.Set.Agents), 2+extra)
 			}
-			c.Session = SessionConfig{FloodRate: 1e9, FloodBurst: 1e9}
+			c.Session = session.Config{FloodRate: 1e9, FloodBurst: 1e9}
 			c.MaxBacklog = 1 << 30 // the reader never retries a refused push
 		})
 		waitFile(b, controller[3])

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/bcpgw/bcpgw/gateway/store"
+	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 func TestPushSeedExampleIsDeliveredAsPrompt(t *testing.T) {
@@ -38,7 +39,7 @@ func TestPushSeedExampleIsDeliveredAsPrompt(t *testing.T) {
 		}
 	}
 	// The outbox row is closed once main answered result.
-	if !checkFor(t, testWait, pollStep, func() bool {
+	if !testproc.CheckFor(testWait, pollStep, func() bool {
 		dl, err := e.store.Delivery(context.Background(), got.DeliveryID)
 		return err == nil && dl.State == store.DeliveryDelivered
 	}) {

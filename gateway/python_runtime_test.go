@@ -11,6 +11,7 @@ import (
 
 	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/bcp"
+	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 // The tests below run the reference runtime in Python
@@ -136,7 +137,7 @@ func (p *pyrt) records(agent, event string) []pyrtRecord {
 func (p *pyrt) wait(agent, event string, n int) []pyrtRecord {
 	p.t.Helper()
 	var got []pyrtRecord
-	if !checkFor(p.t, testWait, pollStep, func() bool {
+	if !testproc.CheckFor(testWait, pollStep, func() bool {
 		got = p.records(agent, event)
 		return len(got) >= n
 	}) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bcpgw/bcpgw/bcp"
+	"github.com/bcpgw/bcpgw/gateway/session"
 	"github.com/bcpgw/bcpgw/gateway/store"
 	"github.com/bcpgw/bcpgw/runtime"
 )
@@ -17,7 +18,7 @@ type pendingQuery struct {
 	id         string
 	requestID  string
 	controller string
-	csess      *Session // the Controller session that asked
+	csess      *session.Session // the Controller session that asked
 	reader     string
 	spec       bcp.Spec
 	context    string
@@ -35,10 +36,10 @@ const maxSpecProblems = 8
 // bcp_query to the Reader, whose answer is delivered later as a prompt.
 // specErr, if set, is why the strict decoding refused the spec: it is
 // refused like any invalid spec (validation_failed, naming each key).
-func (g *Gateway) query(s *Session, env runtime.Envelope, q runtime.QueryRequest, specErr *runtime.SpecError) {
+func (g *Gateway) query(s *session.Session, line []byte, q runtime.QueryRequest, specErr *runtime.SpecError) {
 	controller := s.Name()
 	refuse := func(e *bcp.Error) {
-		g.refused(controller, q.To, e, env.Raw, q.RequestID)
+		g.refused(controller, q.To, e, line, q.RequestID)
 		g.metrics.query("refused", e)
 		g.replyQueryError(s, runtime.QueryError{Type: runtime.TypeQueryError, RequestID: q.RequestID, ToAgent: q.To, Reason: e.Error()})
 	}
@@ -132,8 +133,8 @@ func (g *Gateway) pendingRequest(controller, requestID string) *pendingQuery {
 // dialect, its own request_id, which is what it matches answers and
 // errors with (it ignores bcp_query_sent). Either way only that
 // Controller sees its request_id; Readers see the gateway's id.
-func queryIDFor(s *Session, queryID, requestID string) string {
-	if s != nil && s.cfg.Def.TriOnyx() && queryID != "" && requestID != "" {
+func queryIDFor(s *session.Session, queryID, requestID string) string {
+	if s != nil && s.Def().TriOnyx() && queryID != "" && requestID != "" {
 		return requestID
 	}
 	return queryID
@@ -143,8 +144,8 @@ func queryIDFor(s *Session, queryID, requestID string) string {
 // that receives it: in TriOnyx's, the answer to a query carries the
 // Controller's request_id as query_id, and a Cat-3 summary is under
 // "response", where TriOnyx's runtime and its gateway put it.
-func forController(s *Session, msg runtime.ResponseDelivery) runtime.ResponseDelivery {
-	if s == nil || !s.cfg.Def.TriOnyx() {
+func forController(s *session.Session, msg runtime.ResponseDelivery) runtime.ResponseDelivery {
+	if s == nil || !s.Def().TriOnyx() {
 		return msg
 	}
 	msg.QueryID = queryIDFor(s, msg.QueryID, msg.RequestID)
@@ -185,41 +186,25 @@ func (g *Gateway) runQuery(ctx context.Context, q *pendingQuery) {
 
 // dispatchQuery brings q to the Reader as a turn, starting its session if
 // needed, and again to the next session if that one ends before the turn
-// does; it retries, with backoff, while the Reader cannot start.
+// does; it retries, with backoff, while the Reader cannot start. It ends
+// with the Reader's turn on it (the answer may still come) or with ctx.
 func (g *Gateway) dispatchQuery(ctx context.Context, q *pendingQuery) {
 	msg := runtime.Query{
 		Type: runtime.TypeQuery, QueryID: q.id, Category: q.spec.Category, FromAgent: q.controller, Context: q.context,
 		Fields: q.spec.Fields, Questions: q.spec.Questions, Directive: q.spec.Directive, MaxWords: q.spec.MaxWords,
 	}
 	var lastErr error
-	for attempt := 0; ; attempt++ {
-		sess, err := g.sv.Ensure(ctx, q.reader)
-		if err == nil {
-			var done <-chan error
-			if done, err = sess.Turn(ctx, msg); err == nil {
-				select {
-				case err = <-done:
-				case <-ctx.Done():
-					return
-				}
-				if err == nil {
-					return // the Reader's turn on it ended; the answer may still come
-				}
-				// The session ended before the query's turn did: bring it
-				// to the next one.
+	_ = g.bringTurn(ctx, turnJob{
+		agent: q.reader,
+		msg:   func(*session.Session) any { return msg },
+		retry: func(attempt int, _ bool, err error) (time.Duration, bool) {
+			if lastErr == nil || err.Error() != lastErr.Error() {
+				g.log.Warn("query waiting: reader unavailable", "query", q.id, "reader", q.reader, "error", err)
 			}
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		if lastErr == nil || err.Error() != lastErr.Error() {
-			g.log.Warn("query waiting: reader unavailable", "query", q.id, "reader", q.reader, "error", err)
-		}
-		lastErr = err
-		if !g.sleep(ctx, Backoff(attempt)) {
-			return
-		}
-	}
+			lastErr = err
+			return session.Backoff(attempt), true
+		},
+	})
 }
 
 // finishQuery removes q from the pending queries. It reports false if q
@@ -252,7 +237,7 @@ func (g *Gateway) timeoutQuery(q *pendingQuery) {
 func (g *Gateway) tellController(q *pendingQuery, e *bcp.Error) {
 	msg := runtime.QueryError{Type: runtime.TypeQueryError, RequestID: q.requestID, QueryID: queryIDFor(q.csess, q.id, q.requestID),
 		ToAgent: q.reader, Reason: e.Error()}
-	if q.csess.cfg.Def.TriOnyx() {
+	if q.csess.Def().TriOnyx() {
 		g.spawn(func() { g.queryErrorTurn(q.csess, msg) })
 		return
 	}
@@ -269,8 +254,8 @@ func (g *Gateway) tellController(q *pendingQuery, e *bcp.Error) {
 // each bcp_query_error as a turn of its own, after the turn in flight, so
 // that its result ends that turn and no other. Other runtimes get it at
 // once, in the order of the answers to their lines.
-func (g *Gateway) replyQueryError(s *Session, msg runtime.QueryError) {
-	if s.cfg.Def.TriOnyx() {
+func (g *Gateway) replyQueryError(s *session.Session, msg runtime.QueryError) {
+	if s.Def().TriOnyx() {
 		g.spawn(func() { g.queryErrorTurn(s, msg) })
 		return
 	}
@@ -279,7 +264,7 @@ func (g *Gateway) replyQueryError(s *Session, msg runtime.QueryError) {
 
 // queryErrorTurn brings a bcp_query_error to s as a turn (TriOnyx's
 // dialect) and waits until it is queued.
-func (g *Gateway) queryErrorTurn(s *Session, msg runtime.QueryError) {
+func (g *Gateway) queryErrorTurn(s *session.Session, msg runtime.QueryError) {
 	if _, err := s.Turn(g.ctx, msg); err != nil {
 		g.log.Info("controller session has ended; query error not sent", "controller", s.Name(), "request", msg.RequestID, "reason", msg.Reason)
 	}

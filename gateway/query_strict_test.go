@@ -12,6 +12,8 @@ import (
 	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/bcp"
 	"github.com/bcpgw/bcpgw/gateway/store"
+	"github.com/bcpgw/bcpgw/internal/fakert"
+	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 // End-to-end tests of issue 14, items 1 to 3, through a real gateway with
@@ -199,7 +201,7 @@ func triOnyxE2EWith(t *testing.T, front string, queries []string, readerEnv map[
 	}
 	dir := t.TempDir()
 	def := fmt.Sprintf("---\nname: main\nruntime: [%q, -test.run=^$]\nruntime_dialect: trionyx\nenv:\n  %s: trionyx-controller\n  TRIONYX_LOG: ${main_TLOG}\n  TRIONYX_QUERIES: ${main_TQ}\n%s\n---\nYou are main.\n",
-		exe, fakeRuntimeEnv, front)
+		exe, fakert.Env, front)
 	if err := os.WriteFile(filepath.Join(dir, "main.md"), []byte(def), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +220,7 @@ func triOnyxLog(dir string) string {
 func (e *e2e) triOnyxGot(typ string, n int) []map[string]any {
 	e.t.Helper()
 	var got []map[string]any
-	if !checkFor(e.t, testWait, pollStep, func() bool {
+	if !testproc.CheckFor(testWait, pollStep, func() bool {
 		got = nil
 		b, _ := os.ReadFile(triOnyxLog(e.dir))
 		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {

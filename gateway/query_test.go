@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -11,7 +12,9 @@ import (
 	"time"
 
 	"github.com/bcpgw/bcpgw/bcp"
+	"github.com/bcpgw/bcpgw/gateway/session"
 	"github.com/bcpgw/bcpgw/gateway/store"
+	"github.com/bcpgw/bcpgw/internal/testproc"
 	"github.com/bcpgw/bcpgw/runtime"
 )
 
@@ -95,7 +98,7 @@ func (e *e2e) eventsMatching(kind, code string, match func(store.Event) bool) []
 func (e *e2e) waitEventMatching(kind, code string, match func(store.Event) bool) store.Event {
 	e.t.Helper()
 	var got []store.Event
-	if !checkFor(e.t, testWait, pollStep, func() bool {
+	if !testproc.CheckFor(testWait, pollStep, func() bool {
 		got = e.eventsMatching(kind, code, match)
 		return len(got) > 0
 	}) {
@@ -109,7 +112,7 @@ func (e *e2e) waitEventMatching(kind, code string, match func(store.Event) bool)
 func (e *e2e) waitAllDelivered(n int) []store.Delivery {
 	e.t.Helper()
 	var got []store.Delivery
-	if !checkFor(e.t, testWait, pollStep, func() bool {
+	if !testproc.CheckFor(testWait, pollStep, func() bool {
 		var err error
 		got, err = e.store.Deliveries(context.Background())
 		if err != nil {
@@ -138,7 +141,7 @@ func (e *e2e) queryPending(id string) *pendingQuery {
 }
 
 // sessionOf returns agent's running session, starting one if needed.
-func (e *e2e) sessionOf(agent string) *Session {
+func (e *e2e) sessionOf(agent string) *session.Session {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()
@@ -152,17 +155,30 @@ func (e *e2e) sessionOf(agent string) *Session {
 // injectLine routes msg as if s's runtime had written it, past the session's
 // rights check: how a test plays a runtime that the SDK would not let
 // misbehave.
-func (e *e2e) injectLine(s *Session, msg any) {
+func (e *e2e) injectLine(s *session.Session, msg any) {
 	e.t.Helper()
 	line, err := runtime.Marshal(msg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	var probe struct{ Type string }
-	if err := json.Unmarshal(line, &probe); err != nil {
-		e.t.Fatal(err)
+	line = bytes.TrimSuffix(line, []byte("\n"))
+	switch m := msg.(type) {
+	case runtime.QueryRequest:
+		q, err := runtime.DecodeQueryRequest(line)
+		var specErr *runtime.SpecError
+		if err != nil && !errors.As(err, &specErr) {
+			e.t.Fatal(err)
+		}
+		e.gw.onMessage(s, session.NewQueryRequest(q, specErr, line))
+	case runtime.Response:
+		if m.SubscriptionID != "" {
+			e.gw.onMessage(s, session.NewPublish(m, line))
+		} else {
+			e.gw.onMessage(s, session.NewAnswer(m, line))
+		}
+	default:
+		e.t.Fatalf("injectLine: %T is not a BCP message", msg)
 	}
-	e.gw.onMessage(s, runtime.Envelope{Type: probe.Type, Raw: bytes.TrimSuffix(line, []byte("\n"))})
 }
 
 func queryInt64(v int64) *int64 { return &v }
@@ -371,7 +387,7 @@ func TestQueryRefusals(t *testing.T) {
 			// The queries go out one after another: the refused one is
 			// logged once all before it are.
 			var errs, sent []rec
-			if !checkFor(t, testWait, pollStep, func() bool {
+			if !testproc.CheckFor(testWait, pollStep, func() bool {
 				errs, sent = e.records(c.asker, "query_error"), e.records(c.asker, "query_sent")
 				return len(errs)+len(sent) >= n
 			}) {
@@ -418,7 +434,7 @@ func TestQueryRefusals(t *testing.T) {
 			if !slices.Equal(ids, got) {
 				t.Errorf("researcher got queries %v, want %v", got, ids)
 			}
-			if !checkFor(t, testWait, pollStep, func() bool { return len(e.events("query_sent", "")) == n-1 }) {
+			if !testproc.CheckFor(testWait, pollStep, func() bool { return len(e.events("query_sent", "")) == n-1 }) {
 				t.Errorf("query_sent events = %+v, want %d", e.events("query_sent", ""), n-1)
 			}
 		})
@@ -581,7 +597,7 @@ func TestQueryControllerCannotPublish(t *testing.T) {
 				}
 			}
 			code, _, _ := strings.Cut(c.want[0], ":")
-			if !checkFor(t, testWait, pollStep, func() bool {
+			if !testproc.CheckFor(testWait, pollStep, func() bool {
 				return len(e.eventsMatching("refused", code, func(ev store.Event) bool { return ev.Agent == "main" })) == 2
 			}) {
 				t.Errorf("refused events = %+v, want 2 %s for main", e.events("refused", ""), code)
@@ -647,7 +663,7 @@ func TestQueryCat3AnswerRejectedByOperator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.Status != store.ApprovalRejected || a.DecidedBy != "tester" || a.Reason != "no" {
+	if a.Status != store.ApprovalRejected || a.DecidedBy.Name != "tester" || a.Reason != "no" {
 		t.Errorf("decided item = %+v", a)
 	}
 	if ds, _ := e.store.Deliveries(context.Background()); len(ds) != 0 {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/bcp"
+	"github.com/bcpgw/bcpgw/gateway/session"
 	"github.com/bcpgw/bcpgw/runtime"
 )
 
@@ -144,7 +145,7 @@ func (rl *rateLimiter) reserve(link *agents.Link, cat bcp.Category, now time.Tim
 // (answering the Reader, auditing the refusal) and reports false. A
 // publish the rates do not concern (no such subscription, no BCPPublish:
 // the later checks refuse it with their own codes) gets the zero slot.
-func (g *Gateway) pushRate(s *Session, env runtime.Envelope, r runtime.Response, reply *PendingReply, set *agents.Set) (rateSlot, bool) {
+func (g *Gateway) pushRate(s *session.Session, line []byte, r runtime.Response, reply *session.PendingReply, set *agents.Set) (rateSlot, bool) {
 	reader := set.Agent(s.Name())
 	sub := set.Subscription(r.Controller, s.Name(), r.SubscriptionID)
 	if reader == nil || sub == nil || !reader.HasTool(agents.ToolPublish) {
@@ -152,7 +153,7 @@ func (g *Gateway) pushRate(s *Session, env runtime.Envelope, r runtime.Response,
 	}
 	slot, e := g.rates.reserve(set.Link(r.Controller, s.Name()), sub.Spec.Category, g.now())
 	if e != nil {
-		g.refused(s.Name(), r.Controller, e, env.Raw, r.SubscriptionID)
+		g.refused(s.Name(), r.Controller, e, line, r.SubscriptionID)
 		g.metrics.publish("refused", e)
 		reply.Send(runtime.ValidationResult{Type: runtime.TypeValidationResult, SubscriptionID: r.SubscriptionID, Detail: e.Error()})
 		return rateSlot{}, false

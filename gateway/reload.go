@@ -13,6 +13,7 @@ import (
 
 	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/bcp"
+	"github.com/bcpgw/bcpgw/gateway/session"
 	"github.com/bcpgw/bcpgw/gateway/store"
 )
 
@@ -23,7 +24,7 @@ const DefaultWatchDebounce = 300 * time.Millisecond
 
 // Reloaded is what a reload put in force.
 type Reloaded struct {
-	Changes
+	session.Changes
 	Agents int // agents in the new set
 	// Cancelled are the queries failed because their channel (or the
 	// category they asked for) is gone, as "q-…: code".
@@ -70,7 +71,7 @@ func (e *DefinitionsError) Unwrap() error { return e.Err }
 // Reload loads the definitions directory again and, if the new set is
 // valid as a whole, puts it in force: routing, channels, subscriptions
 // and budget limits switch in one step; the supervisor adds, retires and
-// replaces sessions (see Supervisor.Reload); cron schedules follow; and
+// replaces sessions (see session.Supervisor.Reload); cron schedules follow; and
 // queries in flight whose channel is gone fail with no_channel (or
 // category_not_allowed). Deliveries and approval items whose channel or
 // subscription is gone are dropped when their turn comes (dropped_revoked).

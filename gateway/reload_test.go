@@ -7,14 +7,14 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/bcp"
+	"github.com/bcpgw/bcpgw/gateway/session"
 	"github.com/bcpgw/bcpgw/gateway/store"
-	"github.com/bcpgw/bcpgw/runtime"
+	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 // alertsBlock is the research-alerts subscription in mainChannel.
@@ -66,10 +66,10 @@ func replace(t *testing.T, old, new string) func(string) string {
 }
 
 // stateOf waits until agent is in state want.
-func (e *e2e) waitState(agent string, want AgentState) {
+func (e *e2e) waitState(agent string, want session.AgentState) {
 	e.t.Helper()
-	var got AgentState
-	if !checkFor(e.t, testWait, pollStep, func() bool {
+	var got session.AgentState
+	if !testproc.CheckFor(testWait, pollStep, func() bool {
 		states, err := e.gw.Supervisor().States(testCtx(e.t))
 		if err != nil {
 			e.t.Fatal(err)
@@ -129,7 +129,7 @@ func TestReloadInvalidEditLeavesRunningSetUntouched(t *testing.T) {
 }
 
 func TestReloadRemovingSubscriptionDropsPendingDelivery(t *testing.T) {
-	clk := newFakeClock()
+	clk := testproc.FakeClock()
 	dir := t.TempDir()
 	set, vars := writeAgents(t, dir, pair(100000, 100000, "review", nil, map[string]string{
 		"PUBLISH": publishes(pub("research-alerts", "main", alert, 1)),
@@ -143,7 +143,7 @@ func TestReloadRemovingSubscriptionDropsPendingDelivery(t *testing.T) {
 	if v := e.waitRecords("researcher", "verdict", 1); !v[0].Success {
 		t.Fatalf("verdict = %+v", v[0])
 	}
-	e.waitState("main", StateBackoff) // its restart waits on the fake clock
+	e.waitState("main", session.StateBackoff) // its restart waits on the fake clock
 	ds := e.deliveries()
 	if len(ds) != 1 || ds[0].State != store.DeliveryPending {
 		t.Fatalf("deliveries = %+v, want one pending", ds)
@@ -163,13 +163,13 @@ func TestReloadRemovingSubscriptionDropsPendingDelivery(t *testing.T) {
 	if len(ev) != 1 || !strings.Contains(ev[0].Detail, "research-alerts") || ev[0].Agent != "main" {
 		t.Errorf("dropped_revoked events = %+v", ev)
 	}
-	if !checkFor(t, testWait, pollStep, func() bool {
+	if !testproc.CheckFor(testWait, pollStep, func() bool {
 		got, err := e.store.Delivery(context.Background(), ds[0].ID)
 		return err == nil && got.State == store.DeliveryDropped
 	}) {
 		t.Error("delivery not marked dropped")
 	}
-	e.waitState("main", StateRunning)
+	e.waitState("main", session.StateRunning)
 	if got := e.records("main", "delivery"); len(got) != 0 {
 		t.Errorf("main received %+v after its subscription was removed", got)
 	}
@@ -210,7 +210,7 @@ func TestReloadRestartsChangedAgentOnceIdle(t *testing.T) {
 		t.Errorf("delivery applied by pid %d, received by %d", applied.Pid, first.Pid)
 	}
 	var next int
-	if !checkFor(t, testWait, pollStep, func() bool {
+	if !testproc.CheckFor(testWait, pollStep, func() bool {
 		next = e.sessionOf("main").Pid()
 		return procKey(next) != first.Pid
 	}) {
@@ -257,8 +257,10 @@ func TestReloadAddsAndRemovesAgents(t *testing.T) {
 	if !slices.Equal(r.Added, []string{"helper"}) || !slices.Equal(r.Removed, []string{"researcher"}) || !slices.Equal(r.Updated, []string{"main"}) {
 		t.Errorf("reload = %+v", r)
 	}
-	e.waitState("helper", StateRunning)
-	waitDone(t, old)
+	e.waitState("helper", session.StateRunning)
+	if !testproc.CheckFor(testWait, pollStep, old.Ended) {
+		t.Fatal("session did not end")
+	}
 	if old.Err() != nil {
 		t.Errorf("removed agent's session ended with %v, want a graceful stop", old.Err())
 	}
@@ -269,8 +271,8 @@ func TestReloadAddsAndRemovesAgents(t *testing.T) {
 	if _, ok := states["researcher"]; ok || len(states) != 2 {
 		t.Errorf("states = %v, want main and helper", states)
 	}
-	if _, err := e.gw.Supervisor().Ensure(testCtx(t), "researcher"); !errors.Is(err, ErrNoAgent) {
-		t.Errorf("Ensure(researcher) = %v, want ErrNoAgent", err)
+	if _, err := e.gw.Supervisor().Ensure(testCtx(t), "researcher"); !errors.Is(err, session.ErrNoAgent) {
+		t.Errorf("Ensure(researcher) = %v, want session.ErrNoAgent", err)
 	}
 }
 
@@ -326,12 +328,12 @@ func TestReloadWatchesTheDirectory(t *testing.T) {
 	e := startE2E(t, pair(100000, 100000, "review", nil, nil), func(c *Config) {
 		c.Watch, c.WatchDebounce = true, 50*time.Millisecond
 	})
-	if !checkFor(t, testWait, pollStep, func() bool { return strings.Contains(e.logs.String(), "watching the definitions") }) {
+	if !testproc.CheckFor(testWait, pollStep, func() bool { return strings.Contains(e.logs.String(), "watching the definitions") }) {
 		t.Fatal("the directory is not watched")
 	}
 	waitWatched := func(what string, ok func() bool) {
 		t.Helper()
-		if !checkFor(t, testWait, pollStep, ok) {
+		if !testproc.CheckFor(testWait, pollStep, ok) {
 			t.Fatalf("%s: not reloaded; events: %+v", what, e.events("reload_failed", ""))
 		}
 	}
@@ -359,91 +361,6 @@ func TestReloadWatchesTheDirectory(t *testing.T) {
 	waitWatched("fix", func() bool { return e.gw.set.Load().Agent("main").Channel("researcher").BudgetBits == 6000 })
 	if got := len(e.events("reload_failed", "")); got != n {
 		t.Errorf("reload_failed events went from %d to %d", n, got)
-	}
-}
-
-func TestSessionAnnounceSendsFreshSubscriptions(t *testing.T) {
-	h := newHarness(t, "sdk", "BCPPublish")
-	h.cfg.Subscriptions = []runtime.ActiveSubscription{{SubscriptionID: "research-alerts", Controller: "main", Category: bcp.Cat1}}
-	s := h.start(t)
-	for _, want := range []string{"subscriptions 1 research-alerts", "subscriptions 0 \n", "subscriptions 2 a,b"} {
-		switch want {
-		case "subscriptions 0 \n":
-			s.Announce(nil)
-		case "subscriptions 2 a,b":
-			s.Announce([]runtime.ActiveSubscription{{SubscriptionID: "a", Controller: "main", Category: bcp.Cat1}, {SubscriptionID: "b", Controller: "main", Category: bcp.Cat1}})
-		}
-		if !checkFor(t, 10*time.Second, pollStep, func() bool { return strings.Contains(h.logs.String(), want) }) {
-			t.Fatalf("runtime never logged %q:\n%s", want, h.logs)
-		}
-	}
-	if ev := h.audit.find("subscriptions_announced", ""); len(ev) != 2 {
-		t.Errorf("subscriptions_announced events = %+v, want 2", ev)
-	}
-}
-
-func TestSessionStopWhenIdleFinishesQueuedTurnsFirst(t *testing.T) {
-	h := newHarness(t, "sdk")
-	s := h.start(t)
-	ctx := testCtx(t)
-	var dones []<-chan error
-	for _, p := range []string{"one", "two"} {
-		done, err := s.Turn(ctx, runtime.Prompt{Type: runtime.TypePrompt, Content: p})
-		if err != nil {
-			t.Fatal(err)
-		}
-		dones = append(dones, done)
-	}
-	s.StopWhenIdle("definition changed")
-	// New work is not taken: it waits for the end and is told to go
-	// elsewhere.
-	if _, err := s.Turn(ctx, runtime.Prompt{Type: runtime.TypePrompt, Content: "three"}); !errors.Is(err, ErrSessionClosed) {
-		t.Errorf("Turn after StopWhenIdle = %v, want ErrSessionClosed", err)
-	}
-	for i, done := range dones {
-		if err := <-done; err != nil {
-			t.Errorf("queued turn %d: %v", i, err)
-		}
-	}
-	waitDone(t, s)
-	if s.Err() != nil {
-		t.Errorf("session ended with %v, want a requested stop", s.Err())
-	}
-	logs := h.logs.String()
-	if !strings.Contains(logs, "prompt one") || !strings.Contains(logs, "prompt two") || strings.Contains(logs, "prompt three") {
-		t.Errorf("logs:\n%s", logs)
-	}
-	if !strings.Contains(logs, "runtime got shutdown") {
-		t.Errorf("the runtime was not shut down gracefully:\n%s", logs)
-	}
-}
-
-func TestSessionHoldsTakesAToolAwayAtOnce(t *testing.T) {
-	h := newHarness(t, "sdk", "BCPPublish")
-	var held atomic.Bool
-	held.Store(true)
-	h.cfg.Holds = func(agent, tool string) bool {
-		return agent == "researcher" && tool == agents.ToolPublish && held.Load()
-	}
-	h.cfg.OnMessage = func(s *Session, env runtime.Envelope) {
-		s.Reply(runtime.ValidationResult{Type: runtime.TypeValidationResult, SubscriptionID: "research-alerts", Success: true, Detail: "routed"})
-	}
-	s := h.start(t)
-	ctx := testCtx(t)
-	publish := func(want string) {
-		t.Helper()
-		if err := s.Prompt(ctx, "publish", nil); err != nil {
-			t.Fatal(err)
-		}
-		if !checkFor(t, 10*time.Second, pollStep, func() bool { return strings.Contains(h.logs.String(), "verdict "+want) }) {
-			t.Fatalf("no verdict %q:\n%s", want, h.logs)
-		}
-	}
-	publish("routed")
-	held.Store(false)
-	publish("tool_not_allowed: Agent 'researcher' does not have the BCPPublish tool")
-	if ev := h.audit.find("refused", string(bcp.ToolNotAllowed)); len(ev) != 1 {
-		t.Errorf("refused events = %+v", ev)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/bcp"
 	"github.com/bcpgw/bcpgw/gateway/store"
+	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 // python is the interpreter of the TriOnyx stand-in: the system's, named
@@ -123,7 +124,7 @@ You are the researcher.
 	wait := func(agent, event string, n int) []pyRecord {
 		t.Helper()
 		var got []pyRecord
-		if !checkFor(t, testWait, pollStep, func() bool {
+		if !testproc.CheckFor(testWait, pollStep, func() bool {
 			got = nil
 			for _, r := range read(agent) {
 				if r.Event == event {

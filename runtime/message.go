@@ -275,3 +275,22 @@ type Response struct {
 	Controller     string          `json:"controller,omitempty"`
 	Response       json.RawMessage `json:"response"`
 }
+
+// IDRule is what every id a runtime sends must look like. Agent names,
+// subscription ids and the gateway's query ids all fit it; bounding ids at
+// the boundary keeps a hostile runtime's megabyte "id" out of events, logs
+// and replies.
+const IDRule = "at most 128 of A-Z, a-z, 0-9, '.', '_', ':' and '-'"
+
+// ValidID reports whether id is non-empty and follows IDRule.
+func ValidID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for _, c := range []byte(id) {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
+			return false
+		}
+	}
+	return true
+}

@@ -36,8 +36,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bcpgw/bcpgw/gateway"
 	"github.com/bcpgw/bcpgw/gateway/control"
+	"github.com/bcpgw/bcpgw/gateway/session"
 	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
@@ -386,8 +386,8 @@ func containmentRun(t *testing.T, sc containmentScenario) {
 		}
 	}
 	took := e.stop()
-	limit := gateway.DefaultGrace + 5*time.Second
-	t.Logf("the gateway stopped %v after SIGTERM (bound: grace %v + 5s); daemons before the stop: %v", took.Round(time.Millisecond), gateway.DefaultGrace, daemons)
+	limit := session.DefaultGrace + 5*time.Second
+	t.Logf("the gateway stopped %v after SIGTERM (bound: grace %v + 5s); daemons before the stop: %v", took.Round(time.Millisecond), session.DefaultGrace, daemons)
 	if took > limit {
 		t.Errorf("the stop took %v, more than the grace and a margin (%v)", took, limit)
 	}

@@ -7,8 +7,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/bcpgw/bcpgw/agents"
-	"github.com/bcpgw/bcpgw/gateway"
 	"github.com/bcpgw/bcpgw/gateway/sandbox"
+	"github.com/bcpgw/bcpgw/gateway/session"
 )
 
 func newDoctorCmd() *cobra.Command {
@@ -71,7 +71,7 @@ Exit status: 0 when everything can run, 1 otherwise.`,
 				fmt.Fprintln(w)
 				for _, def := range set.Agents {
 					fmt.Fprintf(w, "agent %s: %s\n", def.Name, sandboxLine(def, stateDir))
-					if err := gateway.CheckAgent(def, stateDir, os.LookupEnv); err != nil {
+					if err := session.CheckAgent(def, stateDir, os.LookupEnv); err != nil {
 						ok = false
 						fmt.Fprintf(w, "  CANNOT START: %v\n", err)
 					} else if !def.Sandbox.None && m.Sandbox != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/gateway"
 	"github.com/bcpgw/bcpgw/gateway/control"
+	"github.com/bcpgw/bcpgw/gateway/session"
 	"github.com/bcpgw/bcpgw/gateway/store"
 	"github.com/bcpgw/bcpgw/internal/reaper"
 )
@@ -168,7 +169,7 @@ each fs_write DIR/**).`,
 			}
 			gw, err := gateway.New(gateway.Config{Set: set, Store: st, Logger: logger, ApprovalTTL: approvalTTL, QueryTimeout: queryTimeout,
 				StateDir: stateDir, AllowUnsandboxed: allowUnsandboxed, MaxBacklog: maxBacklog,
-				Session: gateway.SessionConfig{Spawn: rp.Start, Release: rp.Release, TurnTimeout: turnTimeout},
+				Session: session.Config{Spawn: rp.Start, Release: rp.Release, TurnTimeout: turnTimeout},
 				Watch:   watch, Metrics: metrics})
 			if err != nil {
 				return err
@@ -222,7 +223,7 @@ each fs_write DIR/**).`,
 	f.StringVar(&stateDir, "state", os.Getenv("BCPGW_STATE"), "state directory (env BCPGW_STATE)")
 	f.DurationVar(&approvalTTL, "approval-ttl", gateway.DefaultApprovalTTL, "how long an approval item waits for a decision before it expires")
 	f.DurationVar(&queryTimeout, "query-timeout", gateway.DefaultQueryTimeout, "how long a Reader has to answer a query")
-	f.DurationVar(&turnTimeout, "turn-timeout", gateway.DefaultTurnTimeout, "how long a runtime has to answer a turn (a delivery, a prompt, a query) before it is restarted and the turn redelivered; an agent's turn_timeout overrides it")
+	f.DurationVar(&turnTimeout, "turn-timeout", session.DefaultTurnTimeout, "how long a runtime has to answer a turn (a delivery, a prompt, a query) before it is restarted and the turn redelivered; an agent's turn_timeout overrides it")
 	f.IntVar(&maxBacklog, "max-backlog", gateway.DefaultMaxBacklog, "how many deliveries from one Reader may wait for one Controller; further pushes on that channel are refused with backlog_full until it catches up")
 	f.Var(&retain, "retain", "how long to keep finished deliveries, decided approval items and events (30d, 12h...; 0 keeps everything)")
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address (a bare port means 127.0.0.1); off when empty")

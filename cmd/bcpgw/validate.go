@@ -15,7 +15,7 @@ import (
 
 	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/bcp"
-	"github.com/bcpgw/bcpgw/gateway"
+	"github.com/bcpgw/bcpgw/gateway/session"
 )
 
 func newValidateCmd() *cobra.Command {
@@ -85,7 +85,7 @@ func warnRuntimes(set *agents.Set) {
 		return
 	}
 	for _, d := range set.Agents {
-		if err := gateway.CheckRuntimeProgram(d, os.LookupEnv); err != nil {
+		if err := session.CheckRuntimeProgram(d, os.LookupEnv); err != nil {
 			set.Warnings = append(set.Warnings, d.Warnf("runtime", "the agent cannot start here: %v", err))
 		}
 	}

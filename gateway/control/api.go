@@ -2,6 +2,7 @@ package control
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/bcpgw/bcpgw/bcp"
@@ -157,6 +158,34 @@ type Approval struct {
 	DecidedPID     int             `json:"decided_pid,omitempty"` // 0 when not known (the gateway's own decisions)
 	Reason         string          `json:"reason,omitempty"`
 	Note           string          `json:"note,omitempty"`
+	// Required is how many approvals from distinct operators (uids)
+	// release the item, fixed when it was queued; absent means 1.
+	Required int `json:"required,omitempty"`
+	// Approvals are those counted so far, oldest first: fewer than
+	// Required while the item is pending. approvals.approve answers the
+	// item still pending when the approval it counted was not the last
+	// one needed.
+	Approvals []Approver `json:"approvals,omitempty"`
+}
+
+// Approver is one operator's approval of an item, counted towards its
+// Required: who (as Peer has it, from the socket's peer credentials),
+// when, and the note they gave.
+type Approver struct {
+	User string    `json:"user"`
+	UID  int       `json:"uid"`
+	PID  int       `json:"pid"`
+	At   time.Time `json:"at"`
+	Note string    `json:"note,omitempty"`
+}
+
+// Progress is the "1 of 2 approvals" of an item that needs more than one
+// approval; empty for one that needs one.
+func (a Approval) Progress() string {
+	if a.Required <= 1 {
+		return ""
+	}
+	return fmt.Sprintf("%d of %d approvals", len(a.Approvals), a.Required)
 }
 
 // ApproveParams are the params of approvals.approve. SHA256 is the hash

@@ -3,6 +3,8 @@ package control
 import (
 	"testing"
 	"time"
+
+	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 // Close returns even while the reader is stuck delivering to a full,
@@ -18,7 +20,7 @@ func TestClientCloseWithUnreadNotifications(t *testing.T) {
 	if _, err := cl.Subscribe(callCtx(t), SubscribeParams{Since: &zero}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the notification channel to fill", func() bool {
+	testproc.Eventually(t, "the notification channel to fill", func() bool {
 		return len(cl.Notifications()) == cap(cl.Notifications())
 	})
 
@@ -46,5 +48,5 @@ func TestClientCloseWithUnreadNotifications(t *testing.T) {
 		t.Error("a call after Close succeeded")
 	}
 	// The server notices and drops the connection.
-	eventually(t, "the server to drop the connection", func() bool { return ts.connCount() == 0 })
+	testproc.Eventually(t, "the server to drop the connection", func() bool { return ts.connCount() == 0 })
 }

@@ -37,6 +37,9 @@ const (
 	CodeLimit          = -32010 // too many subscriptions or connections
 	CodeInvalidDefs    = -32011 // reload: the definitions do not load; the running set stays
 	CodeNotParked      = -32012 // deliveries.retry/discard: the delivery is not parked (the outbox owns it)
+	// approvals.approve: this user's (uid's) approval of the item is
+	// already counted; it needs the others' from other operators.
+	CodeAlreadyApproved = -32013
 )
 
 // reasons names the codes.
@@ -46,7 +49,7 @@ var reasons = map[int]string{
 	CodeNotFound: "not_found", CodeAlreadyDecided: "already_decided", CodeHashMismatch: "hash_mismatch",
 	CodeExpired: "expired", CodeRevoked: "revoked", CodeNotRunning: "not_running", CodePermission: "permission_denied",
 	CodeAgentFailed: "agent_failed", CodeUnavailable: "unavailable", CodeLimit: "limit",
-	CodeInvalidDefs: "definitions_invalid", CodeNotParked: "not_parked",
+	CodeInvalidDefs: "definitions_invalid", CodeNotParked: "not_parked", CodeAlreadyApproved: "already_approved",
 }
 
 // Errorf returns an *Error with the code, its reason and a message.

@@ -399,19 +399,6 @@ func callCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// eventually polls cond until it holds, failing the test if it never
-// does.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(hangGuard)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // rawConn is a hand-driven connection: lines written and read as they
 // are.
 type rawConn struct {

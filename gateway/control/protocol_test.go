@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 // wantAlive checks that the server still serves a fresh client.
@@ -103,7 +105,7 @@ func TestNotificationGetsNoReply(t *testing.T) {
 	if m := rc.readMsg(); string(m.ID) != "7" || m.Error != nil {
 		t.Fatalf("first reply = %+v, want the status response (id 7)", m)
 	}
-	eventually(t, "the notifications to reach the backend", func() bool {
+	testproc.Eventually(t, "the notifications to reach the backend", func() bool {
 		return len(fb.callsOf("StartAgent")) == 1 && len(fb.callsOf("StopAgent")) == 1
 	})
 	if got := fb.callsOf("StartAgent")[0]; got.Params != "web" {
@@ -154,7 +156,7 @@ func TestOverlongLineClosesConnection(t *testing.T) {
 	if n := len(fb.callsOf("Prompt")); n != 0 {
 		t.Errorf("the over-long request reached the backend %d times", n)
 	}
-	eventually(t, "the connection to be dropped", func() bool { return ts.connCount() == 0 })
+	testproc.Eventually(t, "the connection to be dropped", func() bool { return ts.connCount() == 0 })
 	wantAlive(t, ts)
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bcpgw/bcpgw/bcp"
+	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 var (
@@ -336,7 +337,7 @@ func holdBusy(t *testing.T, fb *fakeBackend, cl *Client) <-chan error {
 		_, err := cl.Agents(callCtx(t))
 		errc <- err
 	}()
-	eventually(t, "the Agents call to be in flight", func() bool { return len(fb.callsOf("Agents")) > before })
+	testproc.Eventually(t, "the Agents call to be in flight", func() bool { return len(fb.callsOf("Agents")) > before })
 	return errc
 }
 
@@ -380,7 +381,7 @@ func TestMaxConns(t *testing.T) {
 		t.Errorf("the closed connection's reason: %v", first.Err())
 	}
 	third.Close()
-	eventually(t, "the connections to be gone", func() bool { return ts.connCount() == 0 })
+	testproc.Eventually(t, "the connections to be gone", func() bool { return ts.connCount() == 0 })
 	if _, err := dial(t, ts.path).Status(callCtx(t)); err != nil {
 		t.Fatalf("a new connection once the slot is free: %v", err)
 	}

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 // waitClosed fails the test unless ch is closed in time.
@@ -41,7 +43,7 @@ func TestShutdownClosesConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	raw := dialRaw(t, ts.path)
-	eventually(t, "three connections", func() bool { return ts.connCount() == 3 })
+	testproc.Eventually(t, "three connections", func() bool { return ts.connCount() == 3 })
 
 	if err := ts.stop(t); err != nil {
 		t.Fatalf("Serve returned %v after its context was cancelled, want nil", err)
@@ -126,7 +128,7 @@ func TestCallContextCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { _, err := cl.Reload(ctx); errc <- err }()
-	eventually(t, "the reload to reach the backend", func() bool { return len(fb.callsOf("Reload")) == 1 })
+	testproc.Eventually(t, "the reload to reach the backend", func() bool { return len(fb.callsOf("Reload")) == 1 })
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Reload with a cancelled context: %v, want context.Canceled", err)
@@ -215,7 +217,7 @@ func TestSlowSubscriberDoesNotBlockOthers(t *testing.T) {
 
 	slow := dialRaw(t, ts.path)
 	slow.writeLine(reqLine(1, MethodSubscribe, map[string]any{"since": 0}))
-	eventually(t, "the slow subscriber's follower to start", func() bool {
+	testproc.Eventually(t, "the slow subscriber's follower to start", func() bool {
 		return len(fb.callsOf("Events")) > 0
 	})
 
@@ -248,7 +250,7 @@ func TestSlowSubscriberDoesNotBlockOthers(t *testing.T) {
 	wg.Wait()
 
 	// The stuck connection is dropped; the other stays.
-	eventually(t, "the stuck connection to be dropped", func() bool { return ts.connCount() == 1 })
+	testproc.Eventually(t, "the stuck connection to be dropped", func() bool { return ts.connCount() == 1 })
 	readToEnd(t, slow) // what was buffered, then the end
 	if _, err := other.Status(ctx); err != nil {
 		t.Fatalf("status after the stuck connection was dropped: %v", err)

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 // TestTimeoutDefaults: the values the package doc promises.
@@ -32,7 +34,7 @@ func fillConns(t *testing.T, ts *testServer, n int, first string) []*rawConn {
 	for range n {
 		before := ts.connCount()
 		rc := dialRaw(t, ts.path)
-		eventually(t, "the connection to be served", func() bool { return ts.connCount() == before+1 })
+		testproc.Eventually(t, "the connection to be served", func() bool { return ts.connCount() == before+1 })
 		if first != "" {
 			if _, err := rc.c.Write([]byte(first)); err != nil {
 				t.Fatal(err)
@@ -77,7 +79,7 @@ func TestIdleConnectionsDoNotLockOut(t *testing.T) {
 				t.Fatalf("the 65th connection's command: %v", err)
 			}
 			wantClosedWith(t, conns[0], CodeLimit, "idle the longest")
-			eventually(t, "64 connections", func() bool { return ts.connCount() == 64 })
+			testproc.Eventually(t, "64 connections", func() bool { return ts.connCount() == 64 })
 
 			// The others were left alone: the second still finishes its
 			// request (or sends one) and is answered.
@@ -146,7 +148,7 @@ func TestSubscribersLeaveReservedSlots(t *testing.T) {
 	}
 	// One subscriber gone frees a following slot.
 	subscribed[55].Close()
-	eventually(t, "a following slot to be free", func() bool {
+	testproc.Eventually(t, "a following slot to be free", func() bool {
 		ts.srv.mu.Lock()
 		defer ts.srv.mu.Unlock()
 		return ts.srv.following == 55
@@ -324,7 +326,7 @@ func TestLineTimeoutAnswersRequestInFlight(t *testing.T) {
 	ts := startServer(t, fb, ServerConfig{LineTimeout: line})
 	rc := dialRaw(t, ts.path)
 	rc.writeLine(reqLine(1, MethodAgentsList, nil))
-	eventually(t, "the Agents call to be in flight", func() bool { return len(fb.callsOf("Agents")) == 1 })
+	testproc.Eventually(t, "the Agents call to be in flight", func() bool { return len(fb.callsOf("Agents")) == 1 })
 	if _, err := rc.c.Write([]byte(`{"jsonrpc":"2.0","id":2,`)); err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/bcpgw/bcpgw/internal/netpolicy"
+	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 // A CONNECT to a listed destination is a tunnel both ways, bytes sent
@@ -455,7 +456,7 @@ func TestConcurrencyCap(t *testing.T) {
 	for range busyAnswerers {
 		f.dial()
 	}
-	if !checkFor(testWait, 5*time.Millisecond, func() bool {
+	if !testproc.CheckFor(testWait, 5*time.Millisecond, func() bool {
 		f.p.mu.Lock()
 		defer f.p.mu.Unlock()
 		return f.p.busy == busyAnswerers
@@ -529,7 +530,7 @@ func TestCloseWithOpenTunnels(t *testing.T) {
 	f.dial() // and one that never speaks
 	// A connection still in the listen backlog at Close is never
 	// accepted, and so never reported: wait until this one is.
-	if !checkFor(testWait, 5*time.Millisecond, func() bool {
+	if !testproc.CheckFor(testWait, 5*time.Millisecond, func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		return len(p.conns) == 3*2+1 // clients and destinations, and the silent one
@@ -577,7 +578,7 @@ func TestCloseWithOpenTunnels(t *testing.T) {
 	if err := p.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
-	if !checkFor(testWait, 10*time.Millisecond, func() bool { return runtime.NumGoroutine() <= before }) {
+	if !testproc.CheckFor(testWait, 10*time.Millisecond, func() bool { return runtime.NumGoroutine() <= before }) {
 		buf := make([]byte, 1<<16)
 		t.Errorf("%d goroutines, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
 	}
@@ -593,7 +594,7 @@ func TestServeEndsWithContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- p.Serve(ctx) }()
-	checkFor(testWait, time.Millisecond, func() bool {
+	testproc.CheckFor(testWait, time.Millisecond, func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		return p.serving

@@ -247,17 +247,3 @@ func (d *fakeDialer) calls() []string {
 	defer d.mu.Unlock()
 	return append([]string(nil), d.dialed...)
 }
-
-// checkFor polls fn every step until it holds or total passes.
-func checkFor(total, step time.Duration, fn func() bool) bool {
-	deadline := time.Now().Add(total)
-	for {
-		if fn() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(step)
-	}
-}

@@ -33,6 +33,13 @@ type Event struct {
 // MaxPayload bounds Event.Payload.
 const MaxPayload = 1024
 
+// ClipPayload returns a copy of at most MaxPayload bytes of b: what an
+// event keeps of an offending input. It copies because the caller's
+// buffer (a runtime's line) may be reused before the event is written.
+func ClipPayload(b []byte) []byte {
+	return append([]byte(nil), b[:min(len(b), MaxPayload)]...)
+}
+
 // Bounds of an event's text fields. Ids and names are short by the
 // protocol's rules; the bounds keep a hostile runtime's text from growing
 // the audit trail without limit even where those rules were not applied.

@@ -104,15 +104,15 @@ func TestDecideRecordsTheDecider(t *testing.T) {
 	if err := s.AddApproval(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.Decide(ctx, Decision{ID: a.ID, Status: ApprovalApproved, SHA256: a.SHA256, By: "alice", UID: 1000, PID: 4242, Note: "ok", At: now}); err != nil {
+	if _, _, err := s.Decide(ctx, Decision{ID: a.ID, Status: ApprovalApproved, SHA256: a.SHA256, By: Decider{Name: "alice", UID: 1000, PID: 4242}, Note: "ok", At: now}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.Approval(ctx, a.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.DecidedBy != "alice" || got.DecidedUID != 1000 || got.DecidedPID != 4242 || got.DecidedSHA256 != a.SHA256 || got.Note != "ok" {
-		t.Errorf("decided = %q uid %d pid %d sha %q note %q", got.DecidedBy, got.DecidedUID, got.DecidedPID, got.DecidedSHA256, got.Note)
+	if got.DecidedBy.Name != "alice" || got.DecidedBy.UID != 1000 || got.DecidedBy.PID != 4242 || got.DecidedSHA256 != a.SHA256 || got.Note != "ok" {
+		t.Errorf("decided = %q uid %d pid %d sha %q note %q", got.DecidedBy, got.DecidedBy.UID, got.DecidedBy.PID, got.DecidedSHA256, got.Note)
 	}
 	evs, err := s.Events(ctx, 0, 10, "approval_approved")
 	if err != nil || len(evs) != 1 || evs[0].Detail != "approved by alice (uid 1000, pid 4242)" {
@@ -159,7 +159,7 @@ func TestBacklogCountsPendingOnly(t *testing.T) {
 			t.Fatal(err)
 		}
 		if i == 0 {
-			if _, _, err := s.Decide(ctx, Decision{ID: a.ID, Status: ApprovalRejected, By: "x", Reason: "no", At: now}); err != nil {
+			if _, _, err := s.Decide(ctx, Decision{ID: a.ID, Status: ApprovalRejected, By: Decider{Name: "x"}, Reason: "no", At: now}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -247,7 +247,7 @@ func TestApprovalsAfterPages(t *testing.T) {
 		a := mustAddApproval(t, s, sampleApproval(t0))
 		all = append(all, a.ID)
 		if i%3 == 0 {
-			if _, _, err := s.Decide(ctx, Decision{ID: a.ID, Status: ApprovalRejected, By: "t", Reason: "no", At: t0}); err != nil {
+			if _, _, err := s.Decide(ctx, Decision{ID: a.ID, Status: ApprovalRejected, By: Decider{Name: "t"}, Reason: "no", At: t0}); err != nil {
 				t.Fatal(err)
 			}
 			continue

@@ -4,10 +4,12 @@ package store
 // (see wtx).
 const (
 	sqlInsertApproval = `INSERT INTO approvals (id, status, controller, reader, subscription_id, query_id, request_id,
-			category, directive, response, sha256, anomalies, bits, created_at, expires_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`
+			category, directive, response, sha256, anomalies, bits, created_at, expires_at, required) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`
 	sqlApprovalByID   = `SELECT ` + approvalColumns + ` FROM approvals WHERE id = ?`
 	sqlDecideApproval = `UPDATE approvals SET status = ?, decided_at = ?, decided_by = ?, reason = ?, note = ?,
-		decided_uid = ?, decided_pid = ?, decided_sha256 = ? WHERE id = ?`
+		decided_uid = ?, decided_pid = ?, decided_sha256 = ?, grants = ? WHERE id = ?`
+	// An approval counted towards an item's quorum (approval.go: grant).
+	sqlGrantApproval  = `UPDATE approvals SET grants = ? WHERE id = ? AND status = 'pending'`
 	sqlInsertDelivery = `INSERT INTO deliveries (id, controller, reader, subscription_id, query_id, request_id,
 		approval_id, category, response, anomalies, bits, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`
 	sqlMarkAttempted  = `UPDATE deliveries SET attempts = attempts + 1 WHERE id = ?`
@@ -30,6 +32,6 @@ const (
 
 // writeStatements lists the statements Open prepares.
 func writeStatements() []string {
-	return []string{sqlInsertApproval, sqlApprovalByID, sqlDecideApproval, sqlInsertDelivery, sqlMarkAttempted, sqlRecordFailure, sqlFinishDelivery, sqlFinishSent, sqlInsertEvent,
+	return []string{sqlInsertApproval, sqlApprovalByID, sqlDecideApproval, sqlGrantApproval, sqlInsertDelivery, sqlMarkAttempted, sqlRecordFailure, sqlFinishDelivery, sqlFinishSent, sqlInsertEvent,
 		sqlOpenSession, sqlEndSession, sqlAddExposure, sqlSavepoint, sqlRollbackTo, sqlRelease}
 }

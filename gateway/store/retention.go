@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"fmt"
 	"time"
+
+	"github.com/bcpgw/bcpgw/internal/clock"
 )
 
 // Retention: a gateway that runs for months must not keep everything.
@@ -163,10 +165,9 @@ const DefaultPruneInterval = time.Minute
 type Retention struct {
 	Keep     time.Duration // how long to keep finished records; must be > 0
 	Interval time.Duration // how often to prune; default DefaultPruneInterval, at most Keep
-	// Now and After are the clock; default time.Now and time.After.
-	// Tests give fakes.
-	Now   func() time.Time
-	After func(time.Duration) <-chan time.Time
+	// Clock is the time source; default the system clock. Tests give a
+	// fake.
+	Clock clock.Clock
 	// Pruned, if set, is called after each round with what it deleted
 	// and the cutoff it used (for the log).
 	Pruned func(r PruneResult, before time.Time, err error)
@@ -181,27 +182,26 @@ func (r Retention) Run(ctx context.Context, s *Store) {
 		r.Interval = DefaultPruneInterval
 	}
 	r.Interval = min(r.Interval, r.Keep)
-	if r.Now == nil {
-		r.Now = time.Now
-	}
-	if r.After == nil {
-		r.After = time.After
+	if r.Clock == nil {
+		r.Clock = clock.System{}
 	}
 	for {
-		before := r.Now().Add(-r.Keep)
+		before := r.Clock.Now().Add(-r.Keep)
 		res, err := s.Prune(ctx, before)
 		if ctx.Err() != nil {
 			return
 		}
 		if res.Total() > 0 {
-			s.Append(prunedEvent(r.Now(), before, res))
+			s.Append(prunedEvent(r.Clock.Now(), before, res))
 		}
 		if r.Pruned != nil {
 			r.Pruned(res, before, err)
 		}
+		next := r.Clock.NewTimer(r.Interval)
 		select {
-		case <-r.After(r.Interval):
+		case <-next.C():
 		case <-ctx.Done():
+			next.Stop()
 			return
 		}
 	}

@@ -6,40 +6,12 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/bcpgw/bcpgw/internal/clock"
+	"github.com/bcpgw/bcpgw/internal/testproc"
 )
-
-// fakeClock is Retention's clock in tests: Now is set by the test, and
-// After fires when the test sends on ticks.
-type fakeClock struct {
-	mu    sync.Mutex
-	now   time.Time
-	asked chan time.Duration
-	ticks chan time.Time
-}
-
-func newFakeClock(now time.Time) *fakeClock {
-	return &fakeClock{now: now, asked: make(chan time.Duration, 16), ticks: make(chan time.Time)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = t
-}
-
-func (c *fakeClock) After(d time.Duration) <-chan time.Time {
-	c.asked <- d
-	return c.ticks
-}
 
 type pruneRound struct {
 	r      PruneResult
@@ -72,7 +44,7 @@ func TestRetentionPrunesWhatFinishedBeforeTheCutoff(t *testing.T) {
 		s.FinishDelivery(id, state, "", at, Event{Time: at, Kind: "delivery_" + string(state), Agent: "main"})
 	}
 	decide := func(a *Approval, at time.Time) {
-		if _, _, err := s.Decide(ctx, Decision{ID: a.ID, Status: ApprovalRejected, By: "alice", Reason: "no", At: at}); err != nil {
+		if _, _, err := s.Decide(ctx, Decision{ID: a.ID, Status: ApprovalRejected, By: Decider{Name: "alice"}, Reason: "no", At: at}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -94,13 +66,13 @@ func TestRetentionPrunesWhatFinishedBeforeTheCutoff(t *testing.T) {
 	before := allEvents(t, s)
 	exposure := mustExposure(t, s, "")
 
-	clock := newFakeClock(t0.Add(10 * day))
+	clk := clock.NewFake(t0.Add(10 * day))
 	rounds := make(chan pruneRound, 1)
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		Retention{Keep: 30 * day, Interval: time.Hour, Now: clock.Now, After: clock.After,
+		Retention{Keep: 30 * day, Interval: time.Hour, Clock: clk,
 			Pruned: func(r PruneResult, before time.Time, err error) { rounds <- pruneRound{r, before, err} }}.Run(rctx, s)
 	}()
 	t.Cleanup(func() { cancel(); <-done })
@@ -109,13 +81,12 @@ func TestRetentionPrunesWhatFinishedBeforeTheCutoff(t *testing.T) {
 	if got := <-rounds; got.err != nil || got.r.Total() != 0 || !got.before.Equal(t0.Add(-20*day)) {
 		t.Errorf("first round = %+v, want nothing pruned before %v", got, t0.Add(-20*day))
 	}
-	if d := <-clock.asked; d != time.Hour {
-		t.Errorf("next round in %v, want the interval, 1h", d)
+	if !testproc.CheckFor(testproc.Wait, testproc.Poll, func() bool { return clk.PendingFor(time.Hour) }) {
+		t.Errorf("next round not in the interval, 1h")
 	}
 	// 31 days and 2 hours on: what finished in the first day goes.
-	clock.set(t0.Add(31*day + 2*time.Hour))
+	clk.Advance(21*day + 2*time.Hour)
 	cutoff := t0.Add(day + 2*time.Hour)
-	clock.ticks <- clock.Now()
 	got := <-rounds
 	if got.err != nil || !got.before.Equal(cutoff) {
 		t.Fatalf("second round = %+v, want a cutoff of %v", got, cutoff)
@@ -142,7 +113,7 @@ func TestRetentionPrunesWhatFinishedBeforeTheCutoff(t *testing.T) {
 	barrier(t, s)
 	left := allEvents(t, s)
 	// The round is recorded after what it kept.
-	if len(left) == 0 || left[len(left)-1].Kind != "retention_pruned" || !left[len(left)-1].Time.Equal(ms(clock.Now())) ||
+	if len(left) == 0 || left[len(left)-1].Kind != "retention_pruned" || !left[len(left)-1].Time.Equal(ms(clk.Now())) ||
 		!strings.Contains(left[len(left)-1].Detail, fmt.Sprintf("2 deliveries, 1 approval items, %d events", wantEvents)) {
 		t.Errorf("last event %+v, want retention_pruned saying what went", left[len(left)-1])
 	}
@@ -163,7 +134,7 @@ func TestRetentionPrunesWhatFinishedBeforeTheCutoff(t *testing.T) {
 		t.Errorf("exposure after pruning = %+v, want %+v", got, exposure)
 	}
 	// Sequence numbers go on from the last one ever given.
-	if err := s.AppendSync(ctx, Event{Time: clock.Now(), Kind: "reload_ok"}); err != nil {
+	if err := s.AppendSync(ctx, Event{Time: clk.Now(), Kind: "reload_ok"}); err != nil {
 		t.Fatal(err)
 	}
 	if all := allEvents(t, s); all[len(all)-1].Seq != before[len(before)-1].Seq+2 {

@@ -867,11 +867,11 @@ func TestDecideApprove(t *testing.T) {
 	a := mustAddApproval(t, s, sampleApproval(t0))
 	other := mustAddApproval(t, s, sampleApproval(t0))
 	at := t0.Add(time.Minute + 7*time.Microsecond)
-	got, dl, err := s.Decide(ctx, Decision{ID: a.ID, Status: ApprovalApproved, SHA256: a.SHA256, By: "alice", Note: "fine", At: at})
+	got, dl, err := s.Decide(ctx, Decision{ID: a.ID, Status: ApprovalApproved, SHA256: a.SHA256, By: Decider{Name: "alice"}, Note: "fine", At: at})
 	if err != nil {
 		t.Fatalf("Decide: %v", err)
 	}
-	if got.Status != ApprovalApproved || got.DecidedBy != "alice" || got.Note != "fine" || !got.DecidedAt.Equal(at) {
+	if got.Status != ApprovalApproved || got.DecidedBy.Name != "alice" || got.Note != "fine" || !got.DecidedAt.Equal(at) {
 		t.Errorf("returned approval: %+v", got)
 	}
 	if dl == nil {
@@ -890,7 +890,7 @@ func TestDecideApprove(t *testing.T) {
 	// Durable: it survives a restart.
 	s = reopen(t, s)
 	stored := mustApproval(t, s, a.ID)
-	if stored.Status != ApprovalApproved || stored.DecidedBy != "alice" || stored.Note != "fine" ||
+	if stored.Status != ApprovalApproved || stored.DecidedBy.Name != "alice" || stored.Note != "fine" ||
 		!stored.DecidedAt.Equal(ms(at)) || stored.Reason != "" {
 		t.Errorf("stored approval: %+v", stored)
 	}
@@ -908,11 +908,11 @@ func TestDecideApprove(t *testing.T) {
 
 	// Every second decision is refused, whatever it says.
 	for _, d := range []Decision{
-		{ID: a.ID, Status: ApprovalApproved, SHA256: a.SHA256, By: "bob", At: at},
-		{ID: a.ID, Status: ApprovalApproved, SHA256: "wrong", By: "bob", At: at},
-		{ID: a.ID, Status: ApprovalRejected, By: "bob", Reason: "no", At: at},
-		{ID: a.ID, Status: ApprovalExpired, By: "gateway", At: at.Add(2 * time.Hour)},
-		{ID: a.ID, Status: ApprovalDropped, By: "gateway", At: at},
+		{ID: a.ID, Status: ApprovalApproved, SHA256: a.SHA256, By: Decider{Name: "bob"}, At: at},
+		{ID: a.ID, Status: ApprovalApproved, SHA256: "wrong", By: Decider{Name: "bob"}, At: at},
+		{ID: a.ID, Status: ApprovalRejected, By: Decider{Name: "bob"}, Reason: "no", At: at},
+		{ID: a.ID, Status: ApprovalExpired, By: Decider{Name: "gateway"}, At: at.Add(2 * time.Hour)},
+		{ID: a.ID, Status: ApprovalDropped, By: Decider{Name: "gateway"}, At: at},
 	} {
 		got, dl, err := s.Decide(ctx, d)
 		if !errors.Is(err, ErrDecided) {
@@ -948,49 +948,49 @@ func TestDecideOutcomes(t *testing.T) {
 		wantEvent  string // "" for none
 	}{
 		{"approve with a wrong hash", func(a *Approval) Decision {
-			return Decision{ID: a.ID, Status: ApprovalApproved, SHA256: ContentHash([]byte(`{"summary":"other"}`)), By: "alice", At: t0}
+			return Decision{ID: a.ID, Status: ApprovalApproved, SHA256: ContentHash([]byte(`{"summary":"other"}`)), By: Decider{Name: "alice"}, At: t0}
 		}, ErrHashMismatch, ApprovalPending, "", ""},
 		{"approve with no hash", func(a *Approval) Decision {
-			return Decision{ID: a.ID, Status: ApprovalApproved, By: "alice", At: t0}
+			return Decision{ID: a.ID, Status: ApprovalApproved, By: Decider{Name: "alice"}, At: t0}
 		}, ErrHashMismatch, ApprovalPending, "", ""},
 		{"approve with an upper-case hash", func(a *Approval) Decision {
-			return Decision{ID: a.ID, Status: ApprovalApproved, SHA256: strings.ToUpper(a.SHA256), By: "alice", At: t0}
+			return Decision{ID: a.ID, Status: ApprovalApproved, SHA256: strings.ToUpper(a.SHA256), By: Decider{Name: "alice"}, At: t0}
 		}, ErrHashMismatch, ApprovalPending, "", ""},
 		{"reject with a wrong hash", func(a *Approval) Decision {
-			return Decision{ID: a.ID, Status: ApprovalRejected, SHA256: "00", By: "alice", At: t0}
+			return Decision{ID: a.ID, Status: ApprovalRejected, SHA256: "00", By: Decider{Name: "alice"}, At: t0}
 		}, ErrHashMismatch, ApprovalPending, "", ""},
 		{"approve a millisecond before expiry", func(a *Approval) Decision {
-			return Decision{ID: a.ID, Status: ApprovalApproved, SHA256: a.SHA256, By: "alice", At: a.ExpiresAt.Add(-time.Millisecond)}
+			return Decision{ID: a.ID, Status: ApprovalApproved, SHA256: a.SHA256, By: Decider{Name: "alice"}, At: a.ExpiresAt.Add(-time.Millisecond)}
 		}, nil, ApprovalApproved, "", "approval_approved"},
 		{"approve at expiry", func(a *Approval) Decision {
-			return Decision{ID: a.ID, Status: ApprovalApproved, SHA256: a.SHA256, By: "alice", At: a.ExpiresAt}
+			return Decision{ID: a.ID, Status: ApprovalApproved, SHA256: a.SHA256, By: Decider{Name: "alice"}, At: a.ExpiresAt}
 		}, ErrExpired, ApprovalExpired, "expired before it was approved", "approval_expired"},
 		{"approve after expiry", func(a *Approval) Decision {
-			return Decision{ID: a.ID, Status: ApprovalApproved, SHA256: a.SHA256, By: "alice", At: a.ExpiresAt.Add(time.Hour)}
+			return Decision{ID: a.ID, Status: ApprovalApproved, SHA256: a.SHA256, By: Decider{Name: "alice"}, At: a.ExpiresAt.Add(time.Hour)}
 		}, ErrExpired, ApprovalExpired, "expired before it was approved", "approval_expired"},
 		{"reject with a reason", func(a *Approval) Decision {
-			return Decision{ID: a.ID, Status: ApprovalRejected, By: "alice", Reason: "leaks a URL", Note: "n", At: t0}
+			return Decision{ID: a.ID, Status: ApprovalRejected, By: Decider{Name: "alice"}, Reason: "leaks a URL", Note: "n", At: t0}
 		}, nil, ApprovalRejected, "leaks a URL", "approval_rejected"},
 		{"reject with the right hash", func(a *Approval) Decision {
-			return Decision{ID: a.ID, Status: ApprovalRejected, SHA256: a.SHA256, By: "alice", At: t0}
+			return Decision{ID: a.ID, Status: ApprovalRejected, SHA256: a.SHA256, By: Decider{Name: "alice"}, At: t0}
 		}, nil, ApprovalRejected, "", "approval_rejected"},
 		{"reject after expiry", func(a *Approval) Decision {
-			return Decision{ID: a.ID, Status: ApprovalRejected, By: "alice", Reason: "late", At: a.ExpiresAt.Add(time.Hour)}
+			return Decision{ID: a.ID, Status: ApprovalRejected, By: Decider{Name: "alice"}, Reason: "late", At: a.ExpiresAt.Add(time.Hour)}
 		}, nil, ApprovalRejected, "late", "approval_rejected"},
 		{"expire", func(a *Approval) Decision {
-			return Decision{ID: a.ID, Status: ApprovalExpired, By: "gateway", Reason: "timed out", At: a.ExpiresAt}
+			return Decision{ID: a.ID, Status: ApprovalExpired, By: Decider{Name: "gateway"}, Reason: "timed out", At: a.ExpiresAt}
 		}, nil, ApprovalExpired, "timed out", "approval_expired"},
 		{"drop", func(a *Approval) Decision {
-			return Decision{ID: a.ID, Status: ApprovalDropped, By: "gateway", Reason: "subscription revoked", At: t0}
+			return Decision{ID: a.ID, Status: ApprovalDropped, By: Decider{Name: "gateway"}, Reason: "subscription revoked", At: t0}
 		}, nil, ApprovalDropped, "subscription revoked", "approval_dropped"},
 		{"unknown id", func(a *Approval) Decision {
-			return Decision{ID: "ap-nope", Status: ApprovalApproved, SHA256: a.SHA256, By: "alice", At: t0}
+			return Decision{ID: "ap-nope", Status: ApprovalApproved, SHA256: a.SHA256, By: Decider{Name: "alice"}, At: t0}
 		}, ErrNotFound, ApprovalPending, "", ""},
 		{"pending is not a decision", func(a *Approval) Decision {
-			return Decision{ID: a.ID, Status: ApprovalPending, By: "alice", At: t0}
+			return Decision{ID: a.ID, Status: ApprovalPending, By: Decider{Name: "alice"}, At: t0}
 		}, errNotADecision, ApprovalPending, "", ""},
 		{"empty status is not a decision", func(a *Approval) Decision {
-			return Decision{ID: a.ID, By: "alice", At: t0}
+			return Decision{ID: a.ID, By: Decider{Name: "alice"}, At: t0}
 		}, errNotADecision, ApprovalPending, "", ""},
 	}
 	for _, tt := range tests {
@@ -1014,7 +1014,7 @@ func TestDecideOutcomes(t *testing.T) {
 				t.Errorf("stored status %q reason %q, want %q %q", stored.Status, stored.Reason, tt.wantStatus, tt.wantReason)
 			}
 			if tt.wantStatus == ApprovalPending {
-				if !stored.DecidedAt.IsZero() || stored.DecidedBy != "" {
+				if !stored.DecidedAt.IsZero() || stored.DecidedBy.Name != "" {
 					t.Errorf("a pending item has a decision: %+v", stored)
 				}
 			} else if !stored.DecidedAt.Equal(ms(d.At)) || stored.DecidedBy != d.By || stored.Note != d.Note {
@@ -1047,7 +1047,7 @@ func TestDecideConcurrently(t *testing.T) {
 		dls := make([]*Delivery, deciders)
 		for i := range deciders {
 			wg.Go(func() {
-				d := Decision{ID: a.ID, Status: ApprovalApproved, SHA256: a.SHA256, By: fmt.Sprintf("op-%d", i), At: t0}
+				d := Decision{ID: a.ID, Status: ApprovalApproved, SHA256: a.SHA256, By: Decider{Name: fmt.Sprintf("op-%d", i)}, At: t0}
 				if i%2 == 1 {
 					d.Status, d.SHA256, d.Reason = ApprovalRejected, "", "no"
 				}
@@ -1077,7 +1077,7 @@ func TestDecideConcurrently(t *testing.T) {
 		}
 		approved := winner%2 == 0
 		stored := mustApproval(t, s, a.ID)
-		if stored.DecidedBy != fmt.Sprintf("op-%d", winner) || (stored.Status == ApprovalApproved) != approved {
+		if stored.DecidedBy.Name != fmt.Sprintf("op-%d", winner) || (stored.Status == ApprovalApproved) != approved {
 			t.Errorf("%s: stored %q by %q; the winner was op-%d", a.ID, stored.Status, stored.DecidedBy, winner)
 		}
 		n := 0
@@ -1112,7 +1112,7 @@ func TestDueForExpiryAndApprovals(t *testing.T) {
 	dropped := mk(now.Add(time.Hour))
 	decide := func(a *Approval, st ApprovalStatus) {
 		t.Helper()
-		if _, _, err := s.Decide(ctx, Decision{ID: a.ID, Status: st, SHA256: a.SHA256, By: "alice", At: now.Add(-2 * time.Hour)}); err != nil {
+		if _, _, err := s.Decide(ctx, Decision{ID: a.ID, Status: st, SHA256: a.SHA256, By: Decider{Name: "alice"}, At: now.Add(-2 * time.Hour)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -1162,10 +1162,10 @@ func TestDueForExpiryAndApprovals(t *testing.T) {
 	if !reflect.DeepEqual(due[1], *mustApproval(t, s, exact.ID)) {
 		t.Errorf("DueForExpiry returned\n%+v\nApproval returned\n%+v", due[1], *mustApproval(t, s, exact.ID))
 	}
-	if _, _, err := s.Decide(ctx, Decision{ID: exact.ID, Status: ApprovalApproved, SHA256: exact.SHA256, By: "alice", At: now}); !errors.Is(err, ErrExpired) {
+	if _, _, err := s.Decide(ctx, Decision{ID: exact.ID, Status: ApprovalApproved, SHA256: exact.SHA256, By: Decider{Name: "alice"}, At: now}); !errors.Is(err, ErrExpired) {
 		t.Errorf("approving an item due for expiry: %v, want ErrExpired", err)
 	}
-	if _, _, err := s.Decide(ctx, Decision{ID: future.ID, Status: ApprovalApproved, SHA256: future.SHA256, By: "alice", At: now}); err != nil {
+	if _, _, err := s.Decide(ctx, Decision{ID: future.ID, Status: ApprovalApproved, SHA256: future.SHA256, By: Decider{Name: "alice"}, At: now}); err != nil {
 		t.Errorf("approving an item not yet due: %v", err)
 	}
 	if got := ids(s.Approvals(ctx, ApprovalExpired)); !reflect.DeepEqual(got, []string{exact.ID}) {
@@ -1437,7 +1437,7 @@ func TestWriteWithEndedContext(t *testing.T) {
 		added := make(chan error, 1)
 		d := sampleDelivery(1)
 		go func() {
-			got, dl, err := s.Decide(ctx, Decision{ID: a.ID, Status: ApprovalApproved, SHA256: a.SHA256, By: "alice", At: t0})
+			got, dl, err := s.Decide(ctx, Decision{ID: a.ID, Status: ApprovalApproved, SHA256: a.SHA256, By: Decider{Name: "alice"}, At: t0})
 			decided <- result{got, dl, err}
 		}()
 		go func() { added <- s.AddDelivery(ctx, d) }()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/bcpgw/bcpgw/bcp"
 	"github.com/bcpgw/bcpgw/internal/llm/llmtest"
+	"github.com/bcpgw/bcpgw/internal/testproc"
 	"github.com/bcpgw/bcpgw/runtime"
 )
 
@@ -150,7 +151,7 @@ func TestControllerQueryAndDelivery(t *testing.T) {
 
 		// The query times out after it was sent: a note for the next turn.
 		g.send(runtime.QueryError{Type: runtime.TypeQueryError, RequestID: q.RequestID, ToAgent: "researcher", Reason: "query_timeout: no answer from researcher within 10m0s"})
-		waitFor(t, "the timeout noted", func() bool { g.agent.mu.Lock(); defer g.agent.mu.Unlock(); return len(g.agent.notes) == 1 })
+		testproc.Eventually(t, "the timeout noted", func() bool { g.agent.mu.Lock(); defer g.agent.mu.Unlock(); return len(g.agent.notes) == 1 })
 		d := runtime.ResponseDelivery{Type: runtime.TypeResponseDelivery, SubscriptionID: "alerts", Category: bcp.Cat1, FromAgent: "researcher",
 			Response: json.RawMessage(`{"urgent":true}`), BandwidthBits: 1, DeliveryID: "d-1",
 			Prompt: "BCP delivery d-1: a push on subscription alerts from Reader agent \"researcher\" (Cat-1, 1.0 bits).\nurgent: true\n"}
@@ -472,7 +473,7 @@ func TestLateVerdictBecomesANote(t *testing.T) {
 		containsAll(t, "second tool result", results[1], "publish to digest of main: an earlier one is still waiting for the verdict")
 
 		g.send(runtime.ValidationResult{Type: runtime.TypeValidationResult, SubscriptionID: "digest", Success: true, Detail: "Published to controller main (Cat-3, 550.0 bits)"})
-		waitFor(t, "the verdict noted", func() bool { g.agent.mu.Lock(); defer g.agent.mu.Unlock(); return len(g.agent.notes) == 1 })
+		testproc.Eventually(t, "the verdict noted", func() bool { g.agent.mu.Lock(); defer g.agent.mu.Unlock(); return len(g.agent.notes) == 1 })
 		g.send(runtime.Prompt{Type: runtime.TypePrompt, Content: "next"})
 		g.result()
 		if r := srv.Requests()[3]; !r.Contains("The verdict on your earlier publish to digest of main: accepted: Published to controller main (Cat-3, 550.0 bits)") {

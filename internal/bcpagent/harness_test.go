@@ -222,18 +222,6 @@ func (g *gateway) result() runtime.Result {
 	return r
 }
 
-// waitFor polls cond until it holds: for state that no message announces.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(testWait)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, testWait)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func containsAll(t *testing.T, what, s string, wants ...string) {
 	t.Helper()
 	for _, w := range wants {

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 // hangGuard bounds every wait, so a bug fails the test instead of
@@ -70,17 +72,6 @@ func procState(t *testing.T, pid int) (state byte, ppid int, ok bool) {
 	return state, ppid, true
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(hangGuard)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // A runtime's daemon, orphaned by the double fork, becomes this
 // process's child (not init's) and is reaped when it exits.
 func TestReapsOrphanedDaemon(t *testing.T) {
@@ -110,7 +101,7 @@ func TestReapsOrphanedDaemon(t *testing.T) {
 		}
 	})
 
-	eventually(t, "the daemon to be adopted", func() bool {
+	testproc.Eventually(t, "the daemon to be adopted", func() bool {
 		_, ppid, ok := procState(t, daemon)
 		if !ok {
 			t.Fatalf("the daemon %d is gone before it was killed", daemon)
@@ -123,7 +114,7 @@ func TestReapsOrphanedDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	killed = true
-	eventually(t, "the daemon to be a zombie", func() bool {
+	testproc.Eventually(t, "the daemon to be a zombie", func() bool {
 		state, _, ok := procState(t, daemon)
 		return ok && state == 'Z'
 	})
@@ -133,7 +124,7 @@ func TestReapsOrphanedDaemon(t *testing.T) {
 	}
 
 	runReaper(t, r)
-	eventually(t, "the daemon to be reaped", func() bool {
+	testproc.Eventually(t, "the daemon to be reaped", func() bool {
 		_, _, ok := procState(t, daemon)
 		return !ok
 	})
@@ -157,14 +148,14 @@ func TestOwnedChildKeepsItsExitStatus(t *testing.T) {
 		}
 		pid := cmd.Process.Pid
 		if i%2 == 0 {
-			eventually(t, "the child to be a zombie", func() bool {
+			testproc.Eventually(t, "the child to be a zombie", func() bool {
 				state, _, ok := procState(t, pid)
 				return ok && state == 'Z'
 			})
 			// Two looks completed after it became a zombie: at least
 			// one looked at it whole.
 			seen := r.scans.Load()
-			eventually(t, "the reaper to look", func() bool { return r.scans.Load() >= seen+2 })
+			testproc.Eventually(t, "the reaper to look", func() bool { return r.scans.Load() >= seen+2 })
 		}
 		err := cmd.Wait()
 		var exit *exec.ExitError
@@ -184,14 +175,14 @@ func TestRunLeavesNoGoroutine(t *testing.T) {
 		defer close(done)
 		r.Run(ctx)
 	}()
-	eventually(t, "Run to look", func() bool { return r.scans.Load() >= 2 })
+	testproc.Eventually(t, "Run to look", func() bool { return r.scans.Load() >= 2 })
 	cancel()
 	select {
 	case <-done:
 	case <-time.After(hangGuard):
 		t.Fatal("Run did not return after its context ended")
 	}
-	eventually(t, "no goroutine in the reaper", func() bool {
+	testproc.Eventually(t, "no goroutine in the reaper", func() bool {
 		buf := make([]byte, 1<<20)
 		return !strings.Contains(string(buf[:runtime.Stack(buf, true)]), "reaper.(*Reaper)")
 	})

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bcpgw/bcpgw/gateway/control"
+	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 // manyItems are n pending items, oldest first, named ap-0000 on.
@@ -111,13 +112,13 @@ func TestDecidedDuringAFetchStaysGone(t *testing.T) {
 	<-read // the page with ap-0100 is read, not yet answered
 	gw.remove("ap-0100", "approval_expired")
 	// The notification is handled before the answer.
-	eventually(t, "the notification handled", func() bool {
+	testproc.Eventually(t, "the notification handled", func() bool {
 		q.s.mu.Lock()
 		defer q.s.mu.Unlock()
 		return q.s.m.gone["ap-0100"]
 	})
 	release()
-	eventually(t, "the answer handled", func() bool {
+	testproc.Eventually(t, "the answer handled", func() bool {
 		q.s.mu.Lock()
 		defer q.s.mu.Unlock()
 		return !q.s.m.fetching
@@ -147,7 +148,7 @@ func TestReconnectReadsAsFarAsLoaded(t *testing.T) {
 	sc := q.waitFor("> ap-0150")
 	// The header says live once connected, before the list is read
 	// again: wait for the reads.
-	eventually(t, "the list read again", func() bool { return len(gw.pageCalls()) >= 4 })
+	testproc.Eventually(t, "the list read again", func() bool { return len(gw.pageCalls()) >= 4 })
 	q.settle()
 	wantPages(t, gw, 0, 100, 0, 100)
 	if !strings.Contains(sc, "sub-0150") {

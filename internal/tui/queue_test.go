@@ -16,6 +16,7 @@ import (
 
 	"github.com/bcpgw/bcpgw/bcp"
 	"github.com/bcpgw/bcpgw/gateway/control"
+	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 const (
@@ -528,7 +529,7 @@ func TestGatewayNotRunningThenStarts(t *testing.T) {
 	if got := lines(sc)[1]; got != "dial unix /var/lib/bcpgw-test/control.sock: connect: connection refused" {
 		t.Errorf("line 2 = %q, want the dial error", got)
 	}
-	eventually(t, "three dial attempts", func() bool { return gw.dialCount() >= 3 })
+	testproc.Eventually(t, "three dial attempts", func() bool { return gw.dialCount() >= 3 })
 
 	gw.setDown(nil)
 	sc = q.waitFor("3 pending · live", "scout → planner", "state /var/lib/bcpgw-test")
@@ -553,7 +554,7 @@ func TestConnectionLostReconnects(t *testing.T) {
 	}
 	// Dialling is retried until the gateway is back.
 	d := gw.dialCount()
-	eventually(t, "redials", func() bool { return gw.dialCount() >= d+2 })
+	testproc.Eventually(t, "redials", func() bool { return gw.dialCount() >= d+2 })
 
 	gw.setDown(nil)
 	q.waitFor("3 pending · live")
@@ -561,7 +562,7 @@ func TestConnectionLostReconnects(t *testing.T) {
 	if subs := gw.subscriptions(); len(subs) < 2 {
 		t.Errorf("subscriptions = %d, want a new one after reconnecting", len(subs))
 	}
-	eventually(t, "one open connection", func() bool { open, _ := gw.openConns(); return open == 1 })
+	testproc.Eventually(t, "one open connection", func() bool { open, _ := gw.openConns(); return open == 1 })
 
 	// The new connection's notifications are followed.
 	n := item("ap-0011", time.Second, 3, "late", "planner", `{"summary":"hi"}`)

@@ -12,6 +12,7 @@ import (
 	"github.com/muesli/termenv"
 
 	"github.com/bcpgw/bcpgw/gateway/control"
+	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 // Regression tests: each failed before its fix. The comments say what
@@ -53,7 +54,7 @@ func TestRegressionDecisionSentTwice(t *testing.T) {
 				q.key(k)
 			}
 			q.settle()
-			eventually(t, "the first call", func() bool { ap, rj := gw.calls(); return len(ap)+len(rj) > 0 })
+			testproc.Eventually(t, "the first call", func() bool { ap, rj := gw.calls(); return len(ap)+len(rj) > 0 })
 			time.Sleep(50 * time.Millisecond) // room for a second call
 			ap, rj := gw.calls()
 			sc := q.s.screen()

@@ -1,4 +1,4 @@
-package gateway
+package session
 
 import (
 	"errors"
@@ -21,7 +21,7 @@ import (
 // running as root gives a sandboxed agent's writable paths to the
 // agent's own uid (sandbox.Owner), as systemd does for a DynamicUser's
 // StateDirectory.
-func (c *SessionConfig) workdir(def *agents.Definition) (string, error) {
+func (c *Config) workdir(def *agents.Definition) (string, error) {
 	dir := def.Workdir
 	if dir == "" {
 		if c.WorkRoot == "" {

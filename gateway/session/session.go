@@ -1,4 +1,4 @@
-package gateway
+package session
 
 import (
 	"bufio"
@@ -23,11 +23,12 @@ import (
 	"github.com/bcpgw/bcpgw/bcp"
 	"github.com/bcpgw/bcpgw/gateway/sandbox"
 	"github.com/bcpgw/bcpgw/gateway/store"
+	"github.com/bcpgw/bcpgw/internal/clock"
 	"github.com/bcpgw/bcpgw/runtime"
 	"golang.org/x/sys/unix"
 )
 
-// Session defaults. See SessionConfig.
+// Session defaults. See Config.
 const (
 	DefaultReadyTimeout = 30 * time.Second
 	DefaultGrace        = 5 * time.Second
@@ -58,28 +59,23 @@ const (
 	maxStderrLine = 8 << 10
 )
 
-// SessionConfig configures one runtime session.
-type SessionConfig struct {
+// Config configures one runtime session.
+type Config struct {
 	// Def is the agent. Required.
 	Def *agents.Definition
 	// Subscriptions are announced (bcp_subscriptions_active) right after
 	// ready when the agent holds BCPPublish and there is at least one.
 	// Announce replaces them later.
 	Subscriptions []runtime.ActiveSubscription
-	// Holds, if set, reports whether the agent still holds tool under the
-	// definitions in force now. A session may use a BCP tool only while
-	// both its own definition (what it was started with) and the current
-	// one grant it, so a reload that takes a tool away takes it from
-	// running sessions at once.
-	Holds func(agent, tool string) bool
 	// Logger receives the session's own log lines and the runtime's
 	// stderr, under a sub-logger named after the agent. Default: discard.
 	Logger hclog.Logger
-	// Auditor receives the session's audit events. Default: Logger.
-	Auditor Auditor
+	// Owner receives the session's events and BCP messages. Default: one
+	// that logs the events and refuses the messages as not routed.
+	Owner Owner
 	// Clock times the ready timeout, idle timeout and the stop phases.
 	// Default: the system clock.
-	Clock Clock
+	Clock clock.Clock
 	// LookupEnv reads the gateway's environment for PATH, HOME, LANG and
 	// ${VAR} in the definition's env. Default: os.LookupEnv.
 	LookupEnv func(string) (string, bool)
@@ -119,22 +115,17 @@ type SessionConfig struct {
 	// Release is told when it has been waited for. Default: cmd.Start.
 	Spawn   func(cmd *exec.Cmd) error
 	Release func(pid int)
-	// OnMessage receives the runtime's bcp_query_request and bcp_response
-	// messages that passed the session's rights check, in the order the
-	// runtime wrote them, on the session's goroutine: it must not block,
-	// and it answers with s.Reply. Nil refuses them as not routed.
-	OnMessage func(s *Session, env runtime.Envelope)
 }
 
-func (c *SessionConfig) defaults() {
+func (c *Config) defaults() {
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()
 	}
-	if c.Auditor == nil {
-		c.Auditor = LogAuditor{Logger: c.Logger}
+	if c.Owner == nil {
+		c.Owner = logOwner{log: c.Logger}
 	}
 	if c.Clock == nil {
-		c.Clock = SystemClock{}
+		c.Clock = clock.System{}
 	}
 	if c.LookupEnv == nil {
 		c.LookupEnv = os.LookupEnv
@@ -195,9 +186,9 @@ var ErrSessionClosed = errors.New("session closed")
 
 // Session is one runtime process, from spawn to exit. One goroutine (run)
 // owns its state; the others send it typed messages. Create it with
-// StartSession.
+// Start.
 type Session struct {
-	cfg     SessionConfig
+	cfg     Config
 	id      string // names the session in its events (their ref)
 	name    string
 	started time.Time
@@ -248,12 +239,12 @@ type turn struct {
 	sent chan struct{} // if not nil, closed once msg is handed to the runtime
 }
 
-// StartSession spawns the definition's runtime and returns once it has
+// Start spawns the definition's runtime and returns once it has
 // answered start with ready and been told its subscriptions. On failure
 // the error says why: not executable, exited early, printed something
 // that is not JSON before ready, or no ready in time. ctx bounds the start
 // only; stop a running session with Stop.
-func StartSession(ctx context.Context, cfg SessionConfig) (*Session, error) {
+func Start(ctx context.Context, cfg Config) (*Session, error) {
 	cfg.defaults()
 	def := cfg.Def
 	s := &Session{
@@ -447,6 +438,10 @@ func startHint(prog string, err error) string {
 // Name is the agent's name.
 func (s *Session) Name() string { return s.name }
 
+// Def returns the definition the session was started with (a reload may
+// have replaced it since; the owner's Holds says what is in force).
+func (s *Session) Def() *agents.Definition { return s.cfg.Def }
+
 // ID names the session; its events carry it as their ref.
 func (s *Session) ID() string { return s.id }
 
@@ -466,6 +461,17 @@ func (s *Session) Err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.err
+}
+
+// Ended reports whether the session has ended (its owner may not have
+// heard of it yet).
+func (s *Session) Ended() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // Prompt queues a prompt turn. Turns run one at a time in order.
@@ -655,7 +661,7 @@ func (s *Session) Kill() {
 
 // send encodes msg and queues it for stdin without blocking; a runtime
 // that lets more than maxPendingOut bytes pile up is not reading and is
-// killed. Only the run goroutine calls it (and StartSession, before run
+// killed. Only the run goroutine calls it (and Start, before run
 // starts).
 func (s *Session) send(msg any) error {
 	line, err := runtime.Marshal(msg)
@@ -860,8 +866,8 @@ func (s *Session) stderrTail() []string {
 }
 
 func (s *Session) audit(kind string, code bcp.Code, detail string, payload []byte) {
-	s.cfg.Auditor.Audit(store.Event{Time: s.cfg.Clock.Now(), Agent: s.name, Kind: kind, Code: string(code), Detail: detail,
-		Ref: s.id, Payload: truncatePayload(payload)})
+	s.cfg.Owner.Audit(store.Event{Time: s.cfg.Clock.Now(), Agent: s.name, Kind: kind, Code: string(code), Detail: detail,
+		Ref: s.id, Payload: store.ClipPayload(payload)})
 }
 
 // refuse answers a runtime line with an error message and audits it.

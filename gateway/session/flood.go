@@ -1,7 +1,8 @@
-package gateway
+package session
 
 import (
 	"fmt"
+	"github.com/bcpgw/bcpgw/internal/clock"
 	"time"
 
 	"github.com/bcpgw/bcpgw/runtime"
@@ -48,7 +49,7 @@ type floodState struct {
 	bucket *bucket
 	// pause fires when a throttled runtime's stdout is to be read again;
 	// nil while it is being read.
-	pause Timer
+	pause clock.Timer
 	// episode is when the current throttle episode began (zero: none
 	// yet); resumed when its last pause ended.
 	episode, resumed time.Time

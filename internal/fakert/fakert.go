@@ -1,65 +1,33 @@
-package gateway
+// Package fakert holds the fake runtimes of the gateway's tests: a test
+// binary started with Env in its environment plays the runtime that Env
+// names instead of running tests (the helper-process pattern), so that
+// the tests of package gateway and of package session script the same
+// runtimes. The variable reaches it through the definition's env, like
+// any runtime setting. Imported by tests only.
+package fakert
 
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"sort"
 	"strings"
 	"syscall"
-	"testing"
 	"time"
 
-	"github.com/bcpgw/bcpgw/gateway/sandbox"
 	"github.com/bcpgw/bcpgw/runtime"
 )
 
-// The test binary doubles as the fake runtimes of the session tests (the
-// helper-process pattern): started with BCPGW_TEST_RUNTIME in its
-// environment, it plays that role instead of running tests. The variable
-// reaches it through the definition's env, like any runtime setting.
-const fakeRuntimeEnv = "BCPGW_TEST_RUNTIME"
+// Env names the fake runtime a test binary is to play.
+const Env = "BCPGW_TEST_RUNTIME"
 
-func TestMain(m *testing.M) {
-	sandbox.Init()
-	if mode := os.Getenv(fakeRuntimeEnv); mode != "" {
-		os.Exit(fakeRuntime(mode))
-	}
-	dir, err := os.MkdirTemp("", "bcpgw-gateway-test")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	testrtPath, benchrtPath = filepath.Join(dir, "testrt"), filepath.Join(dir, "benchrt")
-	helperPath = filepath.Join(dir, sandbox.HelperName)
-	build := exec.Command("go", "build", "-o", dir, "github.com/bcpgw/bcpgw/internal/testrt", "github.com/bcpgw/bcpgw/internal/benchrt",
-		"github.com/bcpgw/bcpgw/cmd/bcpgw-sandbox")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build test runtimes:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
-
-// testrtPath is the scriptable runtime (internal/testrt) of the
-// end-to-end tests; benchrtPath the runtime pair of the push benchmark
-// (internal/benchrt). TestMain builds both.
-var testrtPath, benchrtPath string
-
-// helperPath is the small sandbox helper (cmd/bcpgw-sandbox), which the
-// benchmarks compare with the test binary re-executing itself (the
-// default here, as no helper lies beside it).
-var helperPath string
-
-func fakeRuntime(mode string) int {
+// Run plays the fake runtime mode on stdin and stdout, and returns the
+// exit code.
+func Run(mode string) int {
 	out := bufio.NewWriter(os.Stdout)
 	line := func(s string) { out.WriteString(s + "\n"); out.Flush() }
 	in := bufio.NewScanner(os.Stdin)
@@ -222,4 +190,95 @@ func tryProxy(proxyURL, dest string) string {
 	fmt.Fprint(c, "ping\n")
 	reply, _ := r.ReadString('\n')
 	return status + " / " + strings.TrimSpace(reply)
+}
+
+// askedRuntime is the fake runtime "asked": it answers every prompt with
+// result, and every query with bcp_response (twice when its query_id
+// starts with q-twice) and then result. A prompt "unsolicited" is
+// followed, after its result, by five results nobody asked for.
+func askedRuntime(in *bufio.Scanner, line func(string)) int {
+	const result = `{"type":"result","duration_ms":1,"num_turns":1,"cost_usd":0,"is_error":false}`
+	in.Scan() // start
+	line(`{"type":"ready"}`)
+	for in.Scan() {
+		var m struct {
+			Type    string `json:"type"`
+			Content string `json:"content"`
+			QueryID string `json:"query_id"`
+		}
+		if json.Unmarshal(in.Bytes(), &m) != nil {
+			continue
+		}
+		switch m.Type {
+		case runtime.TypePrompt:
+			line(result)
+			if m.Content == "unsolicited" {
+				for range 5 {
+					line(result)
+				}
+			}
+		case runtime.TypeQuery:
+			answer := `{"type":"bcp_response","query_id":"` + m.QueryID + `","response":{"answer":"yes"}}`
+			line(answer)
+			if strings.HasPrefix(m.QueryID, "q-twice") {
+				line(answer)
+			}
+			line(result)
+		}
+	}
+	return 0
+}
+
+// triOnyxController plays a Controller the way TriOnyx's runtime is one
+// (runtime/agent_runner.py): it sends the queries of TRIONYX_QUERIES
+// ({request_id, to, category, spec}, as written) on the prompt "query",
+// ignores bcp_query_sent, takes bcp_response_delivery and bcp_query_error
+// each for a prompt of its own, answered with a result carrying the token
+// counts at the top level, and appends what it got to TRIONYX_LOG.
+func triOnyxController(in *bufio.Scanner, line func(string)) int {
+	logf, err := os.OpenFile(os.Getenv("TRIONYX_LOG"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "trionyx-controller:", err)
+		return 2
+	}
+	defer logf.Close()
+	record := func(raw []byte) { logf.Write(append(append([]byte(nil), raw...), '\n')) }
+	var queries []json.RawMessage
+	if err := json.Unmarshal([]byte(os.Getenv("TRIONYX_QUERIES")), &queries); err != nil {
+		fmt.Fprintln(os.Stderr, "trionyx-controller: TRIONYX_QUERIES:", err)
+		return 2
+	}
+	result := `{"type":"result","duration_ms":7,"num_turns":1,"cost_usd":0.001,"is_error":false,"input_tokens":50,"output_tokens":9,"cache_creation_input_tokens":0,"cache_read_input_tokens":40}`
+	for in.Scan() {
+		var m struct {
+			Type    string `json:"type"`
+			Content string `json:"content"`
+		}
+		if json.Unmarshal(in.Bytes(), &m) != nil {
+			continue
+		}
+		switch m.Type {
+		case "start":
+			line(`{"type":"ready"}`)
+		case "prompt":
+			if m.Content == "query" {
+				for _, q := range queries {
+					var body map[string]any
+					_ = json.Unmarshal(q, &body)
+					body["type"] = "bcp_query_request"
+					b, _ := json.Marshal(body)
+					line(string(b))
+				}
+			}
+			line(result)
+		case "bcp_response_delivery", "bcp_query_error":
+			record(in.Bytes())
+			line(result)
+		case "shutdown":
+			return 0
+		default:
+			record(in.Bytes()) // bcp_query_sent and the like: ignored, but kept
+		}
+	}
+	return 0
 }

@@ -1,4 +1,4 @@
-package gateway
+package session
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 
 // benchSession starts sessions of the scriptable test runtime (a Go
 // program) sandboxed or not, in the same run so the two can be compared.
-func benchSessionConfig(b *testing.B, sandboxed bool, helper string) SessionConfig {
+func benchConfig(b *testing.B, sandboxed bool, helper string) Config {
 	b.Helper()
 	dir := b.TempDir()
 	def := &agents.Definition{
@@ -25,7 +25,7 @@ func benchSessionConfig(b *testing.B, sandboxed bool, helper string) SessionConf
 		Env: map[string]string{"TESTRT_LOG": filepath.Join(agents.DefaultWorkdir(dir, "bench"), "testrt.log")},
 	}
 	def.Sandbox.None = !sandboxed
-	return SessionConfig{
+	return Config{
 		Def: def, WorkRoot: filepath.Join(dir, "work"), Logger: hclog.NewNullLogger(), Grace: time.Second, SandboxHelper: helper,
 		LookupEnv: func(k string) (string, bool) {
 			if k == "PATH" {
@@ -52,11 +52,11 @@ func BenchmarkSessionStart(b *testing.B) {
 		{"sandboxed-self-reexec", true, "/proc/self/exe"}, // the fallback: the whole binary as init
 	} {
 		b.Run(v.name, func(b *testing.B) {
-			cfg := benchSessionConfig(b, v.sandboxed, v.helper)
+			cfg := benchConfig(b, v.sandboxed, v.helper)
 			ctx := context.Background()
 			var rss, pss int64
 			for i := 0; i < b.N; i++ {
-				s, err := StartSession(ctx, cfg)
+				s, err := Start(ctx, cfg)
 				if err != nil {
 					b.Fatal(err)
 				}

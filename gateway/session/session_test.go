@@ -1,4 +1,4 @@
-package gateway
+package session
 
 import (
 	"context"
@@ -16,34 +16,48 @@ import (
 	"github.com/bcpgw/bcpgw/bcp"
 	"github.com/bcpgw/bcpgw/gateway/store"
 	"github.com/bcpgw/bcpgw/internal/clock"
+	"github.com/bcpgw/bcpgw/internal/fakert"
 	"github.com/bcpgw/bcpgw/internal/testproc"
 	"github.com/bcpgw/bcpgw/runtime"
 )
 
-// fakeClock is the clock of the gateway's tests (internal/clock).
-type fakeClock = clock.Fake
-
-func newFakeClock() *fakeClock {
-	return clock.NewFake(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC))
-}
-
-// checkFor polls fn every step until it is true or total has passed.
-func checkFor(t *testing.T, total, step time.Duration, fn func() bool) bool {
-	t.Helper()
-	deadline := time.Now().Add(total)
-	for time.Now().Before(deadline) {
-		if fn() {
-			return true
-		}
-		time.Sleep(step)
-	}
-	return fn()
-}
-
-// recorder is an Auditor that keeps events.
+// recorder is the owner of the tests' sessions and supervisors: it keeps
+// their events, and lets tests decide rights (holds) and take messages
+// (onMessage); without them, the definition alone decides and messages
+// are refused as not routed.
 type recorder struct {
-	mu     sync.Mutex
-	events []store.Event
+	mu        sync.Mutex
+	events    []store.Event
+	holds     func(agent, tool string) bool
+	onMessage func(s *Session, m Message)
+	crashes   int
+	restarts  []string
+}
+
+func (r *recorder) Holds(agent, tool string) bool {
+	return r.holds == nil || r.holds(agent, tool)
+}
+
+func (r *recorder) Message(s *Session, m Message) {
+	if r.onMessage == nil {
+		logOwner{}.Message(s, m)
+		return
+	}
+	r.onMessage(s, m)
+}
+
+func (r *recorder) Started(*Session) {}
+
+func (r *recorder) Crashed(string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.crashes++
+}
+
+func (r *recorder) Restarted(agent, cause string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.restarts = append(r.restarts, agent+" "+cause)
 }
 
 func (r *recorder) Audit(e store.Event) {
@@ -65,10 +79,10 @@ func (r *recorder) find(kind, code string) []store.Event {
 }
 
 type harness struct {
-	cfg   SessionConfig
+	cfg   Config
 	logs  *testproc.Buffer
 	audit *recorder
-	clock *fakeClock
+	clock *clock.Fake
 }
 
 // newHarness describes an agent whose runtime is this test binary in the
@@ -85,17 +99,17 @@ func newHarness(t *testing.T, mode string, tools ...string) *harness {
 		File:        filepath.Join(dir, "researcher.md"),
 		Runtime:     []string{exe, "-test.run=^$"},
 		Workdir:     dir,
-		Env:         map[string]string{fakeRuntimeEnv: mode},
+		Env:         map[string]string{fakert.Env: mode},
 		Tools:       tools,
 		IdleTimeout: time.Minute,
 	}
-	h := &harness{logs: &testproc.Buffer{}, audit: &recorder{}, clock: newFakeClock()}
-	h.cfg = SessionConfig{
-		Def:     def,
-		Logger:  hclog.New(&hclog.LoggerOptions{Name: "gw", Output: h.logs, Level: hclog.Trace}),
-		Auditor: h.audit,
-		Clock:   h.clock,
-		Grace:   200 * time.Millisecond,
+	h := &harness{logs: &testproc.Buffer{}, audit: &recorder{}, clock: testproc.FakeClock()}
+	h.cfg = Config{
+		Def:    def,
+		Logger: hclog.New(&hclog.LoggerOptions{Name: "gw", Output: h.logs, Level: hclog.Trace}),
+		Owner:  h.audit,
+		Clock:  h.clock,
+		Grace:  200 * time.Millisecond,
 		LookupEnv: func(k string) (string, bool) {
 			v, ok := map[string]string{"PATH": os.Getenv("PATH"), "HOME": "/home/op", "SECRET_TOKEN": "s3cret", "API_KEY": "k-123"}[k]
 			return v, ok
@@ -108,9 +122,9 @@ func (h *harness) start(t *testing.T) *Session {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	s, err := StartSession(ctx, h.cfg)
+	s, err := Start(ctx, h.cfg)
 	if err != nil {
-		t.Fatalf("StartSession: %v\nlogs:\n%s", err, h.logs)
+		t.Fatalf("Start: %v\nlogs:\n%s", err, h.logs)
 	}
 	t.Cleanup(func() {
 		s.Kill()
@@ -132,7 +146,7 @@ func TestSessionHandshakeAnnouncesSubscriptions(t *testing.T) {
 	h := newHarness(t, "sdk", "BCPPublish")
 	h.cfg.Subscriptions = []runtime.ActiveSubscription{{SubscriptionID: "research-alerts", Controller: "main", Category: bcp.Cat1, BandwidthBits: 3}}
 	s := h.start(t)
-	if !checkFor(t, 10*time.Second, 10*time.Millisecond, func() bool { return strings.Contains(h.logs.String(), "subscriptions 1 research-alerts") }) {
+	if !testproc.CheckFor(10*time.Second, 10*time.Millisecond, func() bool { return strings.Contains(h.logs.String(), "subscriptions 1 research-alerts") }) {
 		t.Fatalf("runtime never reported its subscriptions; logs:\n%s", h.logs)
 	}
 	// stderr is relayed under the agent's sub-logger, at the parsed level.
@@ -152,7 +166,7 @@ func TestSessionNoAnnouncementWithoutPublishTool(t *testing.T) {
 	if err := s.Prompt(context.Background(), "marker", nil); err != nil {
 		t.Fatal(err)
 	}
-	checkFor(t, 10*time.Second, 10*time.Millisecond, func() bool { return strings.Contains(h.logs.String(), "prompt marker") })
+	testproc.CheckFor(10*time.Second, 10*time.Millisecond, func() bool { return strings.Contains(h.logs.String(), "prompt marker") })
 	if strings.Contains(h.logs.String(), "subscriptions 1") {
 		t.Error("subscriptions announced to an agent without BCPPublish")
 	}
@@ -167,7 +181,7 @@ func TestSessionEnvironmentIsClean(t *testing.T) {
 		t.Fatal(err)
 	}
 	var env string
-	checkFor(t, 10*time.Second, 10*time.Millisecond, func() bool {
+	testproc.CheckFor(10*time.Second, 10*time.Millisecond, func() bool {
 		for _, l := range strings.Split(h.logs.String(), "\n") {
 			if i := strings.Index(l, "ENV "); i >= 0 {
 				env = l[i+4:]
@@ -177,7 +191,7 @@ func TestSessionEnvironmentIsClean(t *testing.T) {
 		return false
 	})
 	got := strings.Split(env, ";")
-	want := []string{"API_KEY=k-123", "BCPGW_AGENT=researcher", fakeRuntimeEnv + "=sdk", "GREETING=hello /home/op $NOT_EXPANDED", "HOME=/home/researcher", "PATH=" + os.Getenv("PATH")}
+	want := []string{"API_KEY=k-123", "BCPGW_AGENT=researcher", fakert.Env + "=sdk", "GREETING=hello /home/op $NOT_EXPANDED", "HOME=/home/researcher", "PATH=" + os.Getenv("PATH")}
 	if strings.Join(got, ";") != strings.Join(want, ";") {
 		t.Errorf("runtime environment\n got %q\nwant %q", got, want)
 	}
@@ -192,7 +206,7 @@ func TestSessionEnvironmentIsClean(t *testing.T) {
 func TestSessionUnsetVariableFailsStart(t *testing.T) {
 	h := newHarness(t, "sdk")
 	h.cfg.Def.Env["TOKEN"] = "${NOT_SET_ANYWHERE}"
-	_, err := StartSession(context.Background(), h.cfg)
+	_, err := Start(context.Background(), h.cfg)
 	if err == nil || !strings.Contains(err.Error(), "env TOKEN: ${NOT_SET_ANYWHERE} is not set in the gateway's environment") {
 		t.Fatalf("err = %v", err)
 	}
@@ -230,14 +244,14 @@ func TestSessionStartFailures(t *testing.T) {
 			}
 			errc := make(chan error, 1)
 			go func() {
-				s, err := StartSession(context.Background(), h.cfg)
+				s, err := Start(context.Background(), h.cfg)
 				if s != nil {
 					s.Kill()
 				}
 				errc <- err
 			}()
 			if tt.clock {
-				if !checkFor(t, 10*time.Second, 5*time.Millisecond, func() bool { return h.clock.PendingFor(DefaultReadyTimeout) }) {
+				if !testproc.CheckFor(10*time.Second, 5*time.Millisecond, func() bool { return h.clock.PendingFor(DefaultReadyTimeout) }) {
 					t.Fatal("ready timer never set")
 				}
 				h.clock.Advance(DefaultReadyTimeout)
@@ -246,10 +260,10 @@ func TestSessionStartFailures(t *testing.T) {
 			select {
 			case err = <-errc:
 			case <-time.After(20 * time.Second):
-				t.Fatal("StartSession did not return")
+				t.Fatal("Start did not return")
 			}
 			if err == nil {
-				t.Fatal("StartSession succeeded")
+				t.Fatal("Start succeeded")
 			}
 			for _, w := range tt.want {
 				if !strings.Contains(err.Error(), w) {
@@ -289,7 +303,7 @@ func TestSessionGracefulStopDeliversShutdown(t *testing.T) {
 
 func TestSessionIgnoringSIGTERMIsKilled(t *testing.T) {
 	h := newHarness(t, "ignore-term")
-	h.cfg.Clock = SystemClock{} // the stop phases run in real time (200ms, then 1s)
+	h.cfg.Clock = clock.System{} // the stop phases run in real time (200ms, then 1s)
 	s := h.start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -329,7 +343,7 @@ func TestSessionCrashIsReported(t *testing.T) {
 func TestSessionIdleTimeout(t *testing.T) {
 	h := newHarness(t, "sdk")
 	s := h.start(t)
-	if !checkFor(t, 10*time.Second, 5*time.Millisecond, func() bool { return h.clock.PendingFor(time.Minute) }) {
+	if !testproc.CheckFor(10*time.Second, 5*time.Millisecond, func() bool { return h.clock.PendingFor(time.Minute) }) {
 		t.Fatal("idle timer never set")
 	}
 	h.clock.Advance(59 * time.Second)
@@ -356,7 +370,7 @@ func TestSessionPromptsRunInOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if !checkFor(t, 10*time.Second, 10*time.Millisecond, func() bool { return len(h.audit.find("turn_done", "")) == 3 }) {
+	if !testproc.CheckFor(10*time.Second, 10*time.Millisecond, func() bool { return len(h.audit.find("turn_done", "")) == 3 }) {
 		t.Fatalf("turns done = %d, want 3", len(h.audit.find("turn_done", "")))
 	}
 	logs := h.logs.String()
@@ -385,7 +399,7 @@ func TestSessionHostileRuntimeIsContained(t *testing.T) {
 		{string(bcp.ProtocolError), "result without a prompt"},
 		{string(bcp.ProtocolError), "ready sent twice"},
 	}
-	if !checkFor(t, 10*time.Second, 10*time.Millisecond, func() bool { return len(h.audit.find("refused", "")) >= len(want) }) {
+	if !testproc.CheckFor(10*time.Second, 10*time.Millisecond, func() bool { return len(h.audit.find("refused", "")) >= len(want) }) {
 		t.Fatalf("refusals = %d, want %d: %+v", len(h.audit.find("refused", "")), len(want), h.audit.find("refused", ""))
 	}
 	got := h.audit.find("refused", "")
@@ -401,7 +415,7 @@ func TestSessionHostileRuntimeIsContained(t *testing.T) {
 	if err := s.Prompt(context.Background(), "still there?", nil); err != nil {
 		t.Fatal(err)
 	}
-	if !checkFor(t, 10*time.Second, 10*time.Millisecond, func() bool { return len(h.audit.find("turn_done", "")) == 1 }) {
+	if !testproc.CheckFor(10*time.Second, 10*time.Millisecond, func() bool { return len(h.audit.find("turn_done", "")) == 1 }) {
 		t.Fatal("hostile session stopped running turns")
 	}
 }

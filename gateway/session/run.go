@@ -1,8 +1,9 @@
-package gateway
+package session
 
 import (
 	"errors"
 	"fmt"
+	"github.com/bcpgw/bcpgw/internal/clock"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -32,14 +33,14 @@ type loop struct {
 	inFlight *turn  // the turn sent that has no result yet
 	queue    []turn // turns waiting
 	phase    stopPhase
-	stopWhy  string // why the gateway stopped it (for the exit error)
-	idleStop string // stop once idle, for this reason (StopWhenIdle)
-	asked    bool   // the stop was requested (not a crash)
-	timer    Timer  // ready, idle or stop-phase timer
+	stopWhy  string      // why the gateway stopped it (for the exit error)
+	idleStop string      // stop once idle, for this reason (StopWhenIdle)
+	asked    bool        // the stop was requested (not a crash)
+	timer    clock.Timer // ready, idle or stop-phase timer
 	flood    floodState
 	// turnTimer fires when the turn in flight has had its turn timeout
 	// without a result; stoppedTimer when no turn is in flight.
-	turnTimer Timer
+	turnTimer clock.Timer
 }
 
 // run is the session's owner goroutine. It ends when the runtime has
@@ -349,12 +350,11 @@ func (s *Session) handleLine(l *loop, ev lineEvent) {
 	case runtime.TypeLog, runtime.TypeError, runtime.TypeText, runtime.TypeToolUse, runtime.TypeToolResult, runtime.TypeInterrupted:
 		s.auditOnly(env)
 	case runtime.TypeQueryRequest:
-		// Only what the refusal names; the router decodes the spec.
-		var q struct {
-			RequestID string `json:"request_id"`
-			To        string `json:"to"`
-		}
-		if err := env.Decode(&q); err != nil {
+		// Decoded once, spec and all: a refused spec still names the
+		// request, so that the owner can answer it.
+		q, err := runtime.DecodeQueryRequest(env.Raw)
+		var specErr *runtime.SpecError
+		if err != nil && !errors.As(err, &specErr) {
 			s.refuse(bcp.ProtocolError, err.Error(), env.Raw)
 			return
 		}
@@ -374,7 +374,7 @@ func (s *Session) handleLine(l *loop, ev lineEvent) {
 			s.Reply(qe)
 			return
 		}
-		s.route(env)
+		s.cfg.Owner.Message(s, QueryRequest{Request: q, SpecErr: specErr, line: env.Raw})
 	case runtime.TypeResponse:
 		var r runtime.Response
 		if err := env.Decode(&r); err != nil {
@@ -395,7 +395,11 @@ func (s *Session) handleLine(l *loop, ev lineEvent) {
 			s.Reply(runtime.ValidationResult{Type: runtime.TypeValidationResult, QueryID: r.QueryID, SubscriptionID: r.SubscriptionID, Detail: detail})
 			return
 		}
-		s.route(env)
+		if tool == agents.ToolPublish {
+			s.cfg.Owner.Message(s, Publish{Response: r, line: env.Raw})
+		} else {
+			s.cfg.Owner.Message(s, Answer{Response: r, line: env.Raw})
+		}
 	default:
 		if why, ok := runtime.Unsupported(env.Type); ok {
 			s.unsupported(env, why)
@@ -415,7 +419,7 @@ func (s *Session) unsupported(env runtime.Envelope, why string) {
 	var req struct {
 		RequestID string `json:"request_id"`
 	}
-	if env.Decode(&req) != nil || req.RequestID == "" || badID(req.RequestID) >= 0 {
+	if env.Decode(&req) != nil || !runtime.ValidID(req.RequestID) {
 		return // nothing it could match an answer with
 	}
 	_ = s.send(runtime.UnsupportedReply{Type: runtime.ReplyType(env.Type), RequestID: req.RequestID, Detail: string(bcp.ProtocolError) + ": " + detail})
@@ -460,14 +464,6 @@ func turnName(msg any) string {
 	return "turn"
 }
 
-func (s *Session) route(env runtime.Envelope) {
-	if s.cfg.OnMessage == nil {
-		s.refuse(bcp.ProtocolError, fmt.Sprintf("%s is not routed by this gateway", env.Type), env.Raw)
-		return
-	}
-	s.cfg.OnMessage(s, env)
-}
-
 // auditOnly records a message that has no effect beyond the audit log;
 // log messages also go to the agent's logger.
 func (s *Session) auditOnly(env runtime.Envelope) {
@@ -488,7 +484,7 @@ func (s *Session) auditOnly(env runtime.Envelope) {
 // holds reports whether the session may use tool: its own definition and
 // the one in force now must both grant it.
 func (s *Session) holds(tool string) bool {
-	return s.cfg.Def.HasTool(tool) && (s.cfg.Holds == nil || s.cfg.Holds(s.name, tool))
+	return s.cfg.Def.HasTool(tool) && s.cfg.Owner.Holds(s.name, tool)
 }
 
 // announce tells a Reader its subscriptions after ready, if it may
@@ -539,14 +535,14 @@ func (stoppedTimer) Stop() bool          { return false }
 
 // bucket is a token bucket: rate tokens a second, at most burst.
 type bucket struct {
-	clock  Clock
+	clock  clock.Clock
 	rate   float64
 	burst  float64
 	tokens float64
 	last   time.Time
 }
 
-func newBucket(c Clock, rate float64, burst int) *bucket {
+func newBucket(c clock.Clock, rate float64, burst int) *bucket {
 	return &bucket{clock: c, rate: rate, burst: float64(burst), tokens: float64(burst), last: c.Now()}
 }
 

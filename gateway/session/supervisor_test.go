@@ -1,4 +1,4 @@
-package gateway
+package session
 
 import (
 	"context"
@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/bcpgw/bcpgw/agents"
+	"github.com/bcpgw/bcpgw/internal/clock"
+	"github.com/bcpgw/bcpgw/internal/fakert"
 	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
@@ -29,7 +32,7 @@ func TestBackoff(t *testing.T) {
 
 // supervised loads a set of fake-runtime agents (name -> mode) and runs a
 // supervisor on it with a fake clock.
-func supervised(t *testing.T, autostart bool, modes map[string]string) (*Supervisor, *fakeClock, *recorder, context.CancelFunc, chan error) {
+func supervised(t *testing.T, autostart bool, modes map[string]string) (*Supervisor, *clock.Fake, *recorder, context.CancelFunc, chan error) {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -37,7 +40,7 @@ func supervised(t *testing.T, autostart bool, modes map[string]string) (*Supervi
 	}
 	dir := t.TempDir()
 	for name, mode := range modes {
-		def := fmt.Sprintf("---\nname: %s\nruntime: [%q, -test.run=^$]\nautostart: %v\nenv: {%s: %s}\n---\n", name, exe, autostart, fakeRuntimeEnv, mode)
+		def := fmt.Sprintf("---\nname: %s\nruntime: [%q, -test.run=^$]\nautostart: %v\nenv: {%s: %s}\n---\n", name, exe, autostart, fakert.Env, mode)
 		if err := os.WriteFile(filepath.Join(dir, name+".md"), []byte(def), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -46,11 +49,11 @@ func supervised(t *testing.T, autostart bool, modes map[string]string) (*Supervi
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock, rec := newFakeClock(), &recorder{}
+	clock, rec := testproc.FakeClock(), &recorder{}
 	sv := NewSupervisor(SupervisorConfig{
-		Set: set, Clock: clock, Auditor: rec,
+		Set: set, Clock: clock, Owner: rec,
 		Logger:  hclog.New(&hclog.LoggerOptions{Output: &testproc.Buffer{}, Level: hclog.Trace}),
-		Session: SessionConfig{Grace: 200 * time.Millisecond, WorkRoot: t.TempDir(), LookupEnv: func(k string) (string, bool) { return os.LookupEnv(k) }},
+		Session: Config{Grace: 200 * time.Millisecond, WorkRoot: t.TempDir(), LookupEnv: func(k string) (string, bool) { return os.LookupEnv(k) }},
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -82,7 +85,7 @@ func TestSupervisorBackoffThenFailed(t *testing.T) {
 	// Each crash schedules a restart after 1s, 2s, 4s, 8s, 16s; the sixth
 	// crash within a minute marks the agent failed.
 	for i, delay := range []time.Duration{1, 2, 4, 8, 16} {
-		if !checkFor(t, 10*time.Second, 5*time.Millisecond, func() bool { return clock.PendingFor(delay * time.Second) }) {
+		if !testproc.CheckFor(10*time.Second, 5*time.Millisecond, func() bool { return clock.PendingFor(delay * time.Second) }) {
 			t.Fatalf("crash %d: no restart timer of %v (state %s)", i+1, delay*time.Second, stateOf(t, sv, "worker"))
 		}
 		if s := stateOf(t, sv, "worker"); s != StateBackoff {
@@ -90,7 +93,7 @@ func TestSupervisorBackoffThenFailed(t *testing.T) {
 		}
 		clock.Advance(delay * time.Second)
 	}
-	if !checkFor(t, 10*time.Second, 5*time.Millisecond, func() bool { return stateOf(t, sv, "worker") == StateFailed }) {
+	if !testproc.CheckFor(10*time.Second, 5*time.Millisecond, func() bool { return stateOf(t, sv, "worker") == StateFailed }) {
 		t.Fatalf("state %s after 6 crashes in 31s, want failed", stateOf(t, sv, "worker"))
 	}
 	if got := len(rec.find("session_crashed", "")); got != 6 {
@@ -99,6 +102,13 @@ func TestSupervisorBackoffThenFailed(t *testing.T) {
 	if len(rec.find("agent_failed", "")) != 1 {
 		t.Error("no agent_failed event")
 	}
+	// The owner heard of each crash, and of the five restarts after them.
+	rec.mu.Lock()
+	crashes, restarts := rec.crashes, strings.Join(rec.restarts, ",")
+	rec.mu.Unlock()
+	if want := strings.Repeat("worker crash,", 5); crashes != 6 || restarts+"," != want {
+		t.Errorf("owner told of %d crashes and restarts %q, want 6 and %q", crashes, restarts, want)
+	}
 	if _, err := sv.Ensure(context.Background(), "worker"); !errors.Is(err, ErrAgentFailed) {
 		t.Errorf("Ensure on a failed agent = %v, want ErrAgentFailed", err)
 	}
@@ -106,7 +116,7 @@ func TestSupervisorBackoffThenFailed(t *testing.T) {
 	if err := sv.Reset(context.Background(), "worker"); err != nil {
 		t.Fatal(err)
 	}
-	if !checkFor(t, 10*time.Second, 5*time.Millisecond, func() bool { return len(rec.find("session_crashed", "")) == 7 }) {
+	if !testproc.CheckFor(10*time.Second, 5*time.Millisecond, func() bool { return len(rec.find("session_crashed", "")) == 7 }) {
 		t.Error("agent not started again after Reset")
 	}
 }
@@ -123,7 +133,7 @@ func TestSupervisorStartsOnDemandAndStopsAll(t *testing.T) {
 			t.Fatalf("Prompt(%s): %v", name, err)
 		}
 	}
-	if !checkFor(t, 10*time.Second, 5*time.Millisecond, func() bool { return len(rec.find("turn_done", "")) == 2 }) {
+	if !testproc.CheckFor(10*time.Second, 5*time.Millisecond, func() bool { return len(rec.find("turn_done", "")) == 2 }) {
 		t.Fatal("prompts not run")
 	}
 	if _, err := sv.Ensure(ctx, "nobody"); err == nil {
@@ -148,7 +158,7 @@ func TestSupervisorStartsOnDemandAndStopsAll(t *testing.T) {
 // the restart: it stays stopped until started.
 func TestSupervisorStopDuringBackoff(t *testing.T) {
 	sv, clock, rec, _, _ := supervised(t, true, map[string]string{"worker": "ready-then-exit"})
-	if !checkFor(t, 10*time.Second, 5*time.Millisecond, func() bool { return clock.PendingFor(time.Second) }) {
+	if !testproc.CheckFor(10*time.Second, 5*time.Millisecond, func() bool { return clock.PendingFor(time.Second) }) {
 		t.Fatalf("no restart timer after the first crash (state %s)", stateOf(t, sv, "worker"))
 	}
 	if err := sv.Stop(context.Background(), "worker", "operator"); err != nil {

@@ -1,62 +1,21 @@
-package gateway
+package session
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/bcp"
-	"github.com/bcpgw/bcpgw/gateway/store"
+	"github.com/bcpgw/bcpgw/internal/testproc"
 	"github.com/bcpgw/bcpgw/runtime"
 )
 
 // The flood tests run on the harness's fake clock, which moves only when a
 // test advances it: the bucket refills only then, and a pause lasts until
 // the test ends it. Counts and the order of events are deterministic.
-
-// askedRuntime is the fake runtime "asked": it answers every prompt with
-// result, and every query with bcp_response (twice when its query_id
-// starts with q-twice) and then result. A prompt "unsolicited" is
-// followed, after its result, by five results nobody asked for.
-func askedRuntime(in *bufio.Scanner, line func(string)) int {
-	const result = `{"type":"result","duration_ms":1,"num_turns":1,"cost_usd":0,"is_error":false}`
-	in.Scan() // start
-	line(`{"type":"ready"}`)
-	for in.Scan() {
-		var m struct {
-			Type    string `json:"type"`
-			Content string `json:"content"`
-			QueryID string `json:"query_id"`
-		}
-		if json.Unmarshal(in.Bytes(), &m) != nil {
-			continue
-		}
-		switch m.Type {
-		case runtime.TypePrompt:
-			line(result)
-			if m.Content == "unsolicited" {
-				for range 5 {
-					line(result)
-				}
-			}
-		case runtime.TypeQuery:
-			answer := `{"type":"bcp_response","query_id":"` + m.QueryID + `","response":{"answer":"yes"}}`
-			line(answer)
-			if strings.HasPrefix(m.QueryID, "q-twice") {
-				line(answer)
-			}
-			line(result)
-		}
-	}
-	return 0
-}
 
 // turnDone runs msg as a turn of s and waits for its result.
 func turnDone(t *testing.T, s *Session, msg any) {
@@ -131,14 +90,14 @@ func TestFloodUnsolicitedLinesCount(t *testing.T) {
 	// The prompt's result is free; of the five results after it, two take
 	// the last tokens and the third finds the bucket empty.
 	turnDone(t, s, runtime.Prompt{Type: runtime.TypePrompt, Content: "unsolicited"})
-	if !checkFor(t, 10*time.Second, 5*time.Millisecond, func() bool { return h.clock.PendingFor(floodPause) }) {
+	if !testproc.CheckFor(10*time.Second, 5*time.Millisecond, func() bool { return h.clock.PendingFor(floodPause) }) {
 		t.Fatalf("never throttled; events %v", h.audit.kinds())
 	}
 	// Every line is handled, the one that found the bucket empty too; the
 	// event comes before it. Two before it: the second answer took a token.
 	want := "unsolicited_result unsolicited_result session_throttled unsolicited_result"
 	var got string
-	if !checkFor(t, 10*time.Second, 5*time.Millisecond, func() bool {
+	if !testproc.CheckFor(10*time.Second, 5*time.Millisecond, func() bool {
 		var k []string
 		for _, kind := range h.audit.kinds() {
 			if kind == "unsolicited_result" || kind == "session_throttled" {
@@ -153,7 +112,7 @@ func TestFloodUnsolicitedLinesCount(t *testing.T) {
 	// After the pause the rest is read, and the session goes on.
 	h.clock.Advance(floodPause)
 	unsolicited := func() int { return strings.Count(strings.Join(h.audit.kinds(), " "), "unsolicited_result") }
-	if !checkFor(t, 10*time.Second, 5*time.Millisecond, func() bool { return unsolicited() == 5 }) {
+	if !testproc.CheckFor(10*time.Second, 5*time.Millisecond, func() bool { return unsolicited() == 5 }) {
 		t.Fatalf("unsolicited results refused: %d, want 5", unsolicited())
 	}
 	turnDone(t, s, runtime.Prompt{Type: runtime.TypePrompt, Content: "go"})
@@ -174,11 +133,11 @@ func TestFloodThrottledBeforeStopped(t *testing.T) {
 	h.cfg.FloodStopAfter = 2 * time.Second
 	s := h.start(t)
 	pauses := 0
-	for !ended(s) {
-		if !checkFor(t, 10*time.Second, time.Millisecond, func() bool { return h.clock.PendingFor(floodPause) || ended(s) }) {
+	for !s.Ended() {
+		if !testproc.CheckFor(10*time.Second, time.Millisecond, func() bool { return h.clock.PendingFor(floodPause) || s.Ended() }) {
 			t.Fatalf("neither paused nor stopped after %d pauses; events %v", pauses, h.audit.kinds())
 		}
-		if ended(s) {
+		if s.Ended() {
 			break
 		}
 		if got := h.audit.find("session_killed", ""); len(got) != 0 {
@@ -225,7 +184,7 @@ func TestFloodLimitPerAgent(t *testing.T) {
 	// handled all the same, and paid back by the pause.
 	want := 5
 	for i := 0; i <= 4; i++ {
-		if !checkFor(t, 10*time.Second, time.Millisecond, func() bool { return h.clock.PendingFor(floodPause) && texts() >= want }) {
+		if !testproc.CheckFor(10*time.Second, time.Millisecond, func() bool { return h.clock.PendingFor(floodPause) && texts() >= want }) {
 			t.Fatalf("step %d: %d text lines handled, want %d (paused: %v)", i, texts(), want, h.clock.PendingFor(floodPause))
 		}
 		if got := texts(); got != want {
@@ -239,7 +198,7 @@ func TestFloodLimitPerAgent(t *testing.T) {
 	if len(ev) != 1 || !strings.Contains(ev[0].Detail, "more than 10 lines a second on stdout (bursts of 5)") {
 		t.Errorf("session_throttled = %+v, want one naming the agent's limit", ev)
 	}
-	if ended(s) {
+	if s.Ended() {
 		t.Errorf("stopped: %v", s.Err())
 	}
 }
@@ -251,7 +210,7 @@ func TestFloodExitWhileThrottled(t *testing.T) {
 	h := newHarness(t, "flood")
 	h.cfg.FloodBurst = 50
 	s := h.start(t)
-	if !checkFor(t, 10*time.Second, time.Millisecond, func() bool { return h.clock.PendingFor(floodPause) }) {
+	if !testproc.CheckFor(10*time.Second, time.Millisecond, func() bool { return h.clock.PendingFor(floodPause) }) {
 		t.Fatal("never throttled")
 	}
 	s.Kill()
@@ -262,17 +221,5 @@ func TestFloodExitWhileThrottled(t *testing.T) {
 	}
 	if n := len(h.audit.find("runtime_text", "")); n <= 50 {
 		t.Errorf("%d lines handled: what it left was not read", n)
-	}
-}
-
-// Each throttle episode is counted in bcpgw_session_throttles_total.
-func TestFloodThrottleMetric(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	a := countingAuditor{next: &recorder{}, m: NewMetrics(reg)}
-	a.Audit(store.Event{Kind: "session_throttled", Agent: "main"})
-	a.Audit(store.Event{Kind: "session_throttled", Agent: "main"})
-	a.Audit(store.Event{Kind: "session_started", Agent: "main"})
-	if v, ok := metricValue(t, reg, "bcpgw_session_throttles_total", map[string]string{"agent": "main"}); !ok || v != 2 {
-		t.Errorf("bcpgw_session_throttles_total{agent=main} = %v (%v), want 2", v, ok)
 	}
 }

@@ -1,4 +1,4 @@
-package gateway
+package session
 
 import (
 	"context"
@@ -142,7 +142,7 @@ func (sv *Supervisor) retire(a *agent) {
 // announce sends a's running session its subscriptions under the set in
 // force, if they differ from what it was told. It reports whether it did.
 func (sv *Supervisor) announce(a *agent) bool {
-	if a.sess == nil || ended(a.sess) {
+	if a.sess == nil || a.sess.Ended() {
 		return false
 	}
 	subs := Announcements(sv.set, a.def.Name)

@@ -1,4 +1,4 @@
-package gateway
+package session
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bcpgw/bcpgw/bcp"
+	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 // TestSessionTriOnyxRuntime: a request TriOnyx's runtime makes of its own
@@ -23,7 +24,7 @@ func TestSessionTriOnyxRuntime(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if !checkFor(t, 10*time.Second, 10*time.Millisecond, func() bool { return len(h.audit.find("turn_done", "")) == 2 }) {
+	if !testproc.CheckFor(10*time.Second, 10*time.Millisecond, func() bool { return len(h.audit.find("turn_done", "")) == 2 }) {
 		t.Fatalf("no turn_done; logs:\n%s", h.logs)
 	}
 	refused := h.audit.find("refused", string(bcp.ProtocolError))

@@ -1,4 +1,4 @@
-package gateway
+package session
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/gateway/store"
+	"github.com/bcpgw/bcpgw/internal/clock"
 	"github.com/bcpgw/bcpgw/runtime"
 )
 
@@ -58,19 +59,16 @@ var ErrAgentFailed = errors.New("agent failed: it is retried after a cool-down, 
 
 // SupervisorConfig configures a Supervisor.
 type SupervisorConfig struct {
-	Set     *agents.Set
-	Logger  hclog.Logger
-	Auditor Auditor
-	Clock   Clock
+	Set    *agents.Set
+	Logger hclog.Logger
+	// Owner receives the events and BCP messages of every session, and is
+	// told of each start, crash and restart. Default: one that logs the
+	// events and refuses the messages as not routed.
+	Owner SupervisorOwner
+	Clock clock.Clock
 	// Session is the template for every session; Def, Subscriptions and
 	// the shared fields above are filled in per agent.
-	Session SessionConfig
-	// Metrics, if set, counts crashes and restarts.
-	Metrics *Metrics
-	// OnStarted, if set, is told about every session that became ready,
-	// before anyone else can use it. It runs on the supervisor's goroutine
-	// and must not block.
-	OnStarted func(*Session)
+	Session Config
 }
 
 // Supervisor keeps one session per agent: it starts sessions on demand
@@ -200,11 +198,11 @@ func NewSupervisor(cfg SupervisorConfig) *Supervisor {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	if cfg.Auditor == nil {
-		cfg.Auditor = LogAuditor{Logger: cfg.Logger}
+	if cfg.Owner == nil {
+		cfg.Owner = logOwner{log: cfg.Logger}
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = SystemClock{}
+		cfg.Clock = clock.System{}
 	}
 	return &Supervisor{cfg: cfg, log: cfg.Logger, events: make(chan svMsg), set: cfg.Set}
 }
@@ -267,7 +265,7 @@ func (sv *Supervisor) onEnsure(ctx context.Context, all map[string]*agent, ev en
 		ev.reply <- result{err: fmt.Errorf("no agent named %q: %w", ev.name, ErrNoAgent)}
 	case a.state == StateFailed:
 		ev.reply <- result{err: failedError(a)}
-	case a.state == StateRunning && !ended(a.sess) && a.sess != a.stopping:
+	case a.state == StateRunning && !a.sess.Ended() && a.sess != a.stopping:
 		ev.reply <- result{sess: a.sess}
 	default:
 		a.waiters = append(a.waiters, ev.reply)
@@ -346,9 +344,7 @@ func (sv *Supervisor) onStarted(ctx context.Context, all map[string]*agent, ev s
 	}
 	a.sess, a.state = ev.res.sess, StateRunning
 	a.announced = ev.res.sess.cfg.Subscriptions
-	if sv.cfg.OnStarted != nil {
-		sv.cfg.OnStarted(a.sess)
-	}
+	sv.cfg.Owner.Started(a.sess)
 	// Started under definitions since replaced: bring its
 	// subscriptions up to date now, and replace it once idle.
 	sv.announce(a)
@@ -400,7 +396,7 @@ func (sv *Supervisor) onEnded(ctx context.Context, all map[string]*agent, ev end
 	a.state, a.attempt = StateStopped, 0
 	if (a.def.Autostart && !a.held) || len(a.waiters) > 0 || restart {
 		if restart {
-			sv.cfg.Metrics.restarted(a.def.Name, "reload")
+			sv.cfg.Owner.Restarted(a.def.Name, "reload")
 		}
 		sv.start(ctx, a)
 	}
@@ -413,7 +409,7 @@ func (sv *Supervisor) onRetry(ctx context.Context, all map[string]*agent, ev ret
 		return
 	}
 	if a.state == StateBackoff && ev.gen == a.timerGen && (!a.held || len(a.waiters) > 0) {
-		sv.cfg.Metrics.restarted(a.def.Name, "crash")
+		sv.cfg.Owner.Restarted(a.def.Name, "crash")
 		sv.start(ctx, a)
 	}
 }
@@ -432,7 +428,7 @@ func (sv *Supervisor) onFailedRetry(ctx context.Context, all map[string]*agent, 
 	// Started now if kept running; else by the first work sent to it
 	// (a waiting delivery is retried within a minute).
 	if a.def.Autostart && !a.held {
-		sv.cfg.Metrics.restarted(a.def.Name, "retry")
+		sv.cfg.Owner.Restarted(a.def.Name, "retry")
 		sv.start(ctx, a)
 	}
 }
@@ -459,23 +455,13 @@ func (sv *Supervisor) stopSession(ctx context.Context, a *agent, why string) {
 	}()
 }
 
-// ended reports whether s has ended (its end may not be handled yet).
-func ended(s *Session) bool {
-	select {
-	case <-s.Done():
-		return true
-	default:
-		return false
-	}
-}
-
 // start spawns a session in the background; the result comes back as a
 // startedEv.
 func (sv *Supervisor) start(ctx context.Context, a *agent) {
 	a.state = StateStarting
 	cfg := sv.cfg.Session
 	cfg.Def = a.def
-	cfg.Logger, cfg.Auditor, cfg.Clock = sv.cfg.Logger, sv.cfg.Auditor, sv.cfg.Clock
+	cfg.Logger, cfg.Owner, cfg.Clock = sv.cfg.Logger, sv.cfg.Owner, sv.cfg.Clock
 	cfg.Subscriptions = Announcements(sv.set, a.def.Name)
 	if a.def.Autostart {
 		// Kept running: an idle stop would only be followed by a restart.
@@ -486,7 +472,7 @@ func (sv *Supervisor) start(ctx context.Context, a *agent) {
 	sv.wg.Add(1)
 	go func() {
 		defer sv.wg.Done()
-		s, err := StartSession(ctx, cfg)
+		s, err := Start(ctx, cfg)
 		select {
 		case sv.events <- startedEv{name: a.def.Name, res: result{sess: s, err: err}}:
 		case <-ctx.Done():
@@ -500,7 +486,7 @@ func (sv *Supervisor) start(ctx context.Context, a *agent) {
 // crashed records a crash or failed start and decides: back off and
 // retry (if the agent is kept running or has work waiting), or fail.
 func (sv *Supervisor) crashed(ctx context.Context, a *agent, err error) {
-	sv.cfg.Metrics.crashed(a.def.Name)
+	sv.cfg.Owner.Crashed(a.def.Name)
 	now := sv.cfg.Clock.Now()
 	a.crashes = append(a.crashes, now)
 	for len(a.crashes) > 0 && now.Sub(a.crashes[0]) > CrashWindow {
@@ -602,7 +588,7 @@ func Backoff(n int) time.Duration {
 }
 
 func (sv *Supervisor) audit(a *agent, kind, detail string) {
-	sv.cfg.Auditor.Audit(store.Event{Time: sv.cfg.Clock.Now(), Agent: a.def.Name, Kind: kind, Detail: detail})
+	sv.cfg.Owner.Audit(store.Event{Time: sv.cfg.Clock.Now(), Agent: a.def.Name, Kind: kind, Detail: detail})
 }
 
 // shutdown stops every running session concurrently and waits for them
