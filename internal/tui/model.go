@@ -170,6 +170,12 @@ type (
 		item    control.Approval
 		err     error
 	}
+	// updatedMsg is an item read again after an approval of it that did
+	// not release it (approval_partial).
+	updatedMsg struct {
+		conn Conn
+		item control.Approval
+	}
 	redialMsg struct{}
 	tickMsg   time.Time
 )
@@ -366,6 +372,11 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m.notice(msg.ev)
 	case decidedMsg:
 		return m.decided(msg)
+	case updatedMsg:
+		if msg.conn == m.conn {
+			m.update(msg.item)
+		}
+		return m, nil
 	case tea.KeyMsg:
 		return m.key(msg)
 	}
@@ -391,8 +402,43 @@ func (m Model) notice(ev control.Event) (tea.Model, tea.Cmd) {
 		}
 		fetch := m.fetchMore()
 		return m, tea.Batch(fetch, next)
+	case "approval_partial":
+		// Approved by one operator, still waiting for others: its count
+		// changed.
+		return m, tea.Batch(m.readItem(ev.Ref), next)
 	}
 	return m, next
+}
+
+// readItem reads one listed item again: the page of one that starts
+// where it does in the queue. Nothing when it is not listed (not loaded
+// yet: it comes with its page).
+func (m Model) readItem(id string) tea.Cmd {
+	i := m.indexOf(id)
+	if i < 0 || m.conn == nil {
+		return nil
+	}
+	conn, timeout, seq := m.conn, m.cfg.Timeout, m.items[i].Seq
+	return func() tea.Msg {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		page, err := conn.ApprovalsPage(ctx, control.ApprovalsParams{Status: "pending", Limit: 1, Cursor: seq - 1})
+		if err != nil || len(page.Items) == 0 || page.Items[0].ID != id {
+			return nil // decided meanwhile (its own event says so), or the connection failed (noticed elsewhere)
+		}
+		return updatedMsg{conn: conn, item: page.Items[0]}
+	}
+}
+
+// update replaces a listed item, and the open one, with a newer reading
+// of it; an item no longer listed (decided meanwhile) stays off the list.
+func (m *Model) update(a control.Approval) {
+	if i := m.indexOf(a.ID); i >= 0 {
+		m.items[i] = a
+	}
+	if m.reading() && m.open.ID == a.ID {
+		m.open = a
+	}
 }
 
 func (m Model) redial() tea.Cmd {
@@ -521,6 +567,13 @@ func (m Model) decided(msg decidedMsg) (tea.Model, tea.Cmd) {
 		// reached; decisions rarely fail).
 		fetch := m.reload()
 		return m, fetch
+	}
+	if msg.approve && msg.item.Status == "pending" {
+		// Counted, not released: it needs other operators' approvals.
+		m.say(fmt.Sprintf("Approved %s: %s, waits for another operator.", msg.item.ID, msg.item.Progress()), false)
+		m.view = viewList
+		m.update(msg.item)
+		return m, nil
 	}
 	verb := "Approved"
 	if !msg.approve {

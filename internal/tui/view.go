@@ -7,6 +7,8 @@ import (
 
 	"github.com/charmbracelet/bubbles/key"
 	"github.com/charmbracelet/lipgloss"
+
+	"github.com/bcpgw/bcpgw/gateway/control"
 )
 
 // View renders the screen: a header of two lines and a rule, the body,
@@ -88,6 +90,9 @@ func (m Model) list() string {
 		if a.QueryID != "" {
 			what = "query " + a.QueryID
 		}
+		if a.Required > 1 { // approvals so far, of those it needs: "(1/2)"
+			what += fmt.Sprintf(" (%d/%d)", len(a.Approvals), a.Required)
+		}
 		mark := " "
 		if i == m.cursor {
 			mark = ">"
@@ -125,10 +130,25 @@ func (m Model) detailHeader() string {
 	if !a.ExpiresAt.After(now) {
 		exp = m.st.warn.Render("expired: it can no longer be approved")
 	}
+	if p := a.Progress(); p != "" {
+		exp += " · " + p + approvers(a)
+	}
 	if pct := m.vp.ScrollPercent(); m.vp.TotalLineCount() > m.vp.Height {
 		exp += m.st.dim.Render(fmt.Sprintf(" · %d%%", int(pct*100)))
 	}
 	return m.st.title.Render(truncate(line, m.width)) + "\n" + truncate(exp, m.width)
+}
+
+// approvers names who approved an item so far: " (alice)".
+func approvers(a control.Approval) string {
+	if len(a.Approvals) == 0 {
+		return ""
+	}
+	names := make([]string, len(a.Approvals))
+	for i, g := range a.Approvals {
+		names[i] = g.User
+	}
+	return " (" + strings.Join(names, ", ") + ")"
 }
 
 func (m Model) footer() string {
@@ -222,7 +242,8 @@ func (m Model) helpLines() []string {
 		}
 	}
 	out = append(out, "")
-	for _, l := range wrap("A decision names the SHA-256 of the text shown: what was approved is what is delivered.", nil, m.width-2, m.st) {
+	for _, l := range wrap("A decision names the SHA-256 of the text shown: what was approved is what is delivered. "+
+		"An item that needs several approvals (\"1 of 2 approvals\") is delivered once operators with different uids have approved it; one rejection ends it.", nil, m.width-2, m.st) {
 		out = append(out, "  "+l)
 	}
 	return out
