@@ -2,8 +2,10 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -19,6 +21,7 @@ import (
 	"github.com/bcpgw/bcpgw/gateway/session"
 	"github.com/bcpgw/bcpgw/gateway/store"
 	"github.com/bcpgw/bcpgw/internal/testproc"
+	"github.com/bcpgw/bcpgw/runtime"
 )
 
 // The end-to-end tests run a whole Gateway on a real SQLite file with
@@ -376,3 +379,340 @@ func pair(mainBudget, readerBudget int, onAnomaly string, mainEnv, readerEnv map
 
 // The seed's worked example: a Cat-2 finding of 10 + 50 + 1 words.
 const seedFinding = `{"relevance": 4, "topic": "  Quantum   error correction ", "summary": "A new surface code lowers the logical error rate tenfold."}`
+
+// approval returns the stored item id.
+func (e *e2e) approval(id string) *store.Approval {
+	e.t.Helper()
+	a, err := e.gw.Approval(context.Background(), id)
+	if err != nil {
+		e.t.Fatalf("approval %s: %v", id, err)
+	}
+	return a
+}
+
+// deliveries returns every stored delivery.
+func (e *e2e) deliveries() []store.Delivery {
+	e.t.Helper()
+	ds, err := e.store.Deliveries(context.Background())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return ds
+}
+
+// eventsFor returns the stored events of kind about ref.
+func (e *e2e) eventsFor(kind, ref string) []store.Event {
+	var out []store.Event
+	for _, ev := range e.events(kind, "") {
+		if ev.Ref == ref {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// nextPending waits for a pending item not in seen, adds it to seen and
+// returns it.
+func (e *e2e) nextPending(seen map[string]bool) store.Approval {
+	e.t.Helper()
+	var got *store.Approval
+	if !testproc.CheckFor(testWait, pollStep, func() bool {
+		items, err := e.gw.Approvals(context.Background(), store.ApprovalPending)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for i := range items {
+			if !seen[items[i].ID] {
+				got = &items[i]
+				return true
+			}
+		}
+		return false
+	}) {
+		e.t.Fatalf("no new pending approval item (seen %d)", len(seen))
+	}
+	seen[got.ID] = true
+	return *got
+}
+
+// waitDelivered waits until delivery id is marked delivered.
+func (e *e2e) waitDelivered(id string) {
+	e.t.Helper()
+	if !testproc.CheckFor(testWait, pollStep, func() bool {
+		d, err := e.store.Delivery(context.Background(), id)
+		return err == nil && d.State == store.DeliveryDelivered
+	}) {
+		e.t.Fatalf("delivery %s not marked delivered", id)
+	}
+}
+
+// assertNothingDelivered checks that no delivery was stored or reached
+// main.
+func (e *e2e) assertNothingDelivered() {
+	e.t.Helper()
+	if ds := e.deliveries(); len(ds) != 0 {
+		e.t.Errorf("deliveries stored: %+v", ds)
+	}
+	if got := e.records("main", "delivery"); len(got) != 0 {
+		e.t.Errorf("main received deliveries: %+v", got)
+	}
+}
+
+// running waits until the gateway's supervisor answers: Run is under way.
+func (e *e2e) running() {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	if _, err := e.gw.Supervisor().States(ctx); err != nil {
+		e.t.Fatalf("gateway not running: %v", err)
+	}
+}
+
+// status is one agent's status from the supervisor.
+func (e *e2e) status(name string) session.AgentStatus {
+	e.t.Helper()
+	all, err := e.gw.Supervisor().Agents(testCtx(e.t))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, a := range all {
+		if a.Name == name {
+			return a
+		}
+	}
+	e.t.Fatalf("no agent %s", name)
+	return session.AgentStatus{}
+}
+
+// eventsMatching returns the stored events of kind (and code, if set) that
+// match.
+func (e *e2e) eventsMatching(kind, code string, match func(store.Event) bool) []store.Event {
+	var out []store.Event
+	for _, ev := range e.events(kind, code) {
+		if match(ev) {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// waitEventMatching waits for a stored event of kind (and code, if set) that
+// matches, and returns it.
+func (e *e2e) waitEventMatching(kind, code string, match func(store.Event) bool) store.Event {
+	e.t.Helper()
+	var got []store.Event
+	if !testproc.CheckFor(testWait, pollStep, func() bool {
+		got = e.eventsMatching(kind, code, match)
+		return len(got) > 0
+	}) {
+		e.t.Fatalf("no matching %s event with code %q; those of that kind: %+v", kind, code, e.events(kind, ""))
+	}
+	return got[0]
+}
+
+// waitAllDelivered waits until n deliveries are stored and all of them are
+// acknowledged, and returns them.
+func (e *e2e) waitAllDelivered(n int) []store.Delivery {
+	e.t.Helper()
+	var got []store.Delivery
+	if !testproc.CheckFor(testWait, pollStep, func() bool {
+		var err error
+		got, err = e.store.Deliveries(context.Background())
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if len(got) < n {
+			return false
+		}
+		for _, d := range got {
+			if d.State != store.DeliveryDelivered {
+				return false
+			}
+		}
+		return true
+	}) {
+		e.t.Fatalf("deliveries = %+v, want %d delivered", got, n)
+	}
+	return got
+}
+
+// queryPending returns the pending query with id, or nil.
+func (e *e2e) queryPending(id string) *pendingQuery {
+	e.gw.mu.Lock()
+	defer e.gw.mu.Unlock()
+	return e.gw.queries[id]
+}
+
+// sessionOf returns agent's running session, starting one if needed.
+func (e *e2e) sessionOf(agent string) *session.Session {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	s, err := e.gw.Supervisor().Ensure(ctx, agent)
+	if err != nil {
+		e.t.Fatalf("session of %s: %v", agent, err)
+	}
+	return s
+}
+
+// injectLine routes msg as if s's runtime had written it, past the session's
+// rights check: how a test plays a runtime that the SDK would not let
+// misbehave.
+func (e *e2e) injectLine(s *session.Session, msg any) {
+	e.t.Helper()
+	line, err := runtime.Marshal(msg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	line = bytes.TrimSuffix(line, []byte("\n"))
+	switch m := msg.(type) {
+	case runtime.QueryRequest:
+		q, err := runtime.DecodeQueryRequest(line)
+		var specErr *runtime.SpecError
+		if err != nil && !errors.As(err, &specErr) {
+			e.t.Fatal(err)
+		}
+		e.gw.onMessage(s, session.NewQueryRequest(q, specErr, line))
+	case runtime.Response:
+		if m.SubscriptionID != "" {
+			e.gw.onMessage(s, session.NewPublish(m, line))
+		} else {
+			e.gw.onMessage(s, session.NewAnswer(m, line))
+		}
+	default:
+		e.t.Fatalf("injectLine: %T is not a BCP message", msg)
+	}
+}
+
+// edit rewrites dir/name.md through fn, failing if fn changes nothing.
+func (e *e2e) edit(name string, fn func(string) string) {
+	e.t.Helper()
+	path := filepath.Join(e.dir, name+".md")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	s := fn(string(b))
+	if s == string(b) {
+		e.t.Fatalf("edit of %s changed nothing", name)
+	}
+	if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// reload reloads the definitions, failing the test on an error.
+func (e *e2e) reload() Reloaded {
+	e.t.Helper()
+	r, err := e.gw.Reload(testCtx(e.t), "test")
+	if err != nil {
+		e.t.Fatalf("Reload: %v", err)
+	}
+	return r
+}
+
+// replace returns fn for edit replacing old with new once, failing if old
+// is missing.
+func replace(t *testing.T, old, new string) func(string) string {
+	return func(s string) string {
+		if !strings.Contains(s, old) {
+			t.Fatalf("%q not found in:\n%s", old, s)
+		}
+		return strings.Replace(s, old, new, 1)
+	}
+}
+
+// stateOf waits until agent is in state want.
+func (e *e2e) waitState(agent string, want session.AgentState) {
+	e.t.Helper()
+	var got session.AgentState
+	if !testproc.CheckFor(testWait, pollStep, func() bool {
+		states, err := e.gw.Supervisor().States(testCtx(e.t))
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		got = states[agent]
+		return got == want
+	}) {
+		e.t.Fatalf("%s is %q, want %q", agent, got, want)
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// testCtx bounds a decision: a store or gateway that hangs fails the
+// test instead of stalling it.
+func testCtx(t *testing.T) context.Context { return testproc.Context(t) }
+
+// runningGateway is a Gateway started by startGateway, for the benchmarks
+// and the load tests that run real runtime processes at full speed.
+type runningGateway struct {
+	gw    *Gateway
+	store *store.Store
+	stop  func() error // stops Run, closes the store, returns Run's error
+}
+
+// startGateway writes defs (file name -> content) to dir/agents, loads
+// them, opens dir/bcpgw.db and runs a Gateway on them with dir as its
+// state directory, logging errors to stderr. tune may change the Config
+// before New (and seed the store). The gateway is stopped at the end of
+// the test if stop was not called.
+func startGateway(tb testing.TB, dir string, defs map[string]string, tune func(*Config)) *runningGateway {
+	tb.Helper()
+	agentsDir := filepath.Join(dir, "agents")
+	if err := os.Mkdir(agentsDir, 0o700); err != nil {
+		tb.Fatal(err)
+	}
+	for name, body := range defs {
+		if err := os.WriteFile(filepath.Join(agentsDir, name), []byte(body), 0o600); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	set, err := agents.LoadDir(agentsDir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	st, err := store.Open(filepath.Join(dir, "bcpgw.db"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cfg := Config{Set: set, Store: st, StateDir: dir, Logger: hclog.New(&hclog.LoggerOptions{Output: os.Stderr, Level: hclog.Error})}
+	if tune != nil {
+		tune(&cfg)
+	}
+	gw, err := New(cfg)
+	if err != nil {
+		st.Close()
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- gw.Run(ctx) }()
+	stopped := false
+	var runErr error
+	rg := &runningGateway{gw: gw, store: st}
+	rg.stop = func() error {
+		if !stopped {
+			stopped = true
+			cancel()
+			runErr = <-done
+			if err := st.Close(); err != nil && runErr == nil {
+				runErr = err
+			}
+		}
+		return runErr
+	}
+	tb.Cleanup(func() {
+		if err := rg.stop(); err != nil {
+			tb.Errorf("gateway: %v", err)
+		}
+	})
+	return rg
+}

@@ -141,19 +141,3 @@ func TestFailedControllerRetriesAfterCoolDownAndDrains(t *testing.T) {
 		t.Errorf("RetryAt = %v once running, want zero", st.RetryAt)
 	}
 }
-
-// status is one agent's status from the supervisor.
-func (e *e2e) status(name string) session.AgentStatus {
-	e.t.Helper()
-	all, err := e.gw.Supervisor().Agents(testCtx(e.t))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	for _, a := range all {
-		if a.Name == name {
-			return a
-		}
-	}
-	e.t.Fatalf("no agent %s", name)
-	return session.AgentStatus{}
-}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/bcpgw/bcpgw/bcp"
-	"github.com/bcpgw/bcpgw/gateway/session"
 	"github.com/bcpgw/bcpgw/gateway/store"
 	"github.com/bcpgw/bcpgw/internal/testproc"
 	"github.com/bcpgw/bcpgw/runtime"
@@ -79,106 +77,6 @@ func agentFront(tools []string, chans ...testChannel) string {
 // queriesOf is a TESTRT setting that sends qs on the prompt "query".
 func queriesOf(qs ...runtime.QueryRequest) map[string]string {
 	return map[string]string{"QUERIES": queryList(qs...)}
-}
-
-// eventsMatching returns the stored events of kind (and code, if set) that
-// match.
-func (e *e2e) eventsMatching(kind, code string, match func(store.Event) bool) []store.Event {
-	var out []store.Event
-	for _, ev := range e.events(kind, code) {
-		if match(ev) {
-			out = append(out, ev)
-		}
-	}
-	return out
-}
-
-// waitEventMatching waits for a stored event of kind (and code, if set) that
-// matches, and returns it.
-func (e *e2e) waitEventMatching(kind, code string, match func(store.Event) bool) store.Event {
-	e.t.Helper()
-	var got []store.Event
-	if !testproc.CheckFor(testWait, pollStep, func() bool {
-		got = e.eventsMatching(kind, code, match)
-		return len(got) > 0
-	}) {
-		e.t.Fatalf("no matching %s event with code %q; those of that kind: %+v", kind, code, e.events(kind, ""))
-	}
-	return got[0]
-}
-
-// waitAllDelivered waits until n deliveries are stored and all of them are
-// acknowledged, and returns them.
-func (e *e2e) waitAllDelivered(n int) []store.Delivery {
-	e.t.Helper()
-	var got []store.Delivery
-	if !testproc.CheckFor(testWait, pollStep, func() bool {
-		var err error
-		got, err = e.store.Deliveries(context.Background())
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		if len(got) < n {
-			return false
-		}
-		for _, d := range got {
-			if d.State != store.DeliveryDelivered {
-				return false
-			}
-		}
-		return true
-	}) {
-		e.t.Fatalf("deliveries = %+v, want %d delivered", got, n)
-	}
-	return got
-}
-
-// queryPending returns the pending query with id, or nil.
-func (e *e2e) queryPending(id string) *pendingQuery {
-	e.gw.mu.Lock()
-	defer e.gw.mu.Unlock()
-	return e.gw.queries[id]
-}
-
-// sessionOf returns agent's running session, starting one if needed.
-func (e *e2e) sessionOf(agent string) *session.Session {
-	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testWait)
-	defer cancel()
-	s, err := e.gw.Supervisor().Ensure(ctx, agent)
-	if err != nil {
-		e.t.Fatalf("session of %s: %v", agent, err)
-	}
-	return s
-}
-
-// injectLine routes msg as if s's runtime had written it, past the session's
-// rights check: how a test plays a runtime that the SDK would not let
-// misbehave.
-func (e *e2e) injectLine(s *session.Session, msg any) {
-	e.t.Helper()
-	line, err := runtime.Marshal(msg)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	line = bytes.TrimSuffix(line, []byte("\n"))
-	switch m := msg.(type) {
-	case runtime.QueryRequest:
-		q, err := runtime.DecodeQueryRequest(line)
-		var specErr *runtime.SpecError
-		if err != nil && !errors.As(err, &specErr) {
-			e.t.Fatal(err)
-		}
-		e.gw.onMessage(s, session.NewQueryRequest(q, specErr, line))
-	case runtime.Response:
-		if m.SubscriptionID != "" {
-			e.gw.onMessage(s, session.NewPublish(m, line))
-		} else {
-			e.gw.onMessage(s, session.NewAnswer(m, line))
-		}
-	default:
-		e.t.Fatalf("injectLine: %T is not a BCP message", msg)
-	}
 }
 
 func queryInt64(v int64) *int64 { return &v }

@@ -27,60 +27,6 @@ const alertsBlock = `
           - {name: score, type: integer, min: 1, max: 5}
           - {name: source, type: enum, values: [web, mail, feed, other]}`
 
-// edit rewrites dir/name.md through fn, failing if fn changes nothing.
-func (e *e2e) edit(name string, fn func(string) string) {
-	e.t.Helper()
-	path := filepath.Join(e.dir, name+".md")
-	b, err := os.ReadFile(path)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	s := fn(string(b))
-	if s == string(b) {
-		e.t.Fatalf("edit of %s changed nothing", name)
-	}
-	if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
-		e.t.Fatal(err)
-	}
-}
-
-// reload reloads the definitions, failing the test on an error.
-func (e *e2e) reload() Reloaded {
-	e.t.Helper()
-	r, err := e.gw.Reload(testCtx(e.t), "test")
-	if err != nil {
-		e.t.Fatalf("Reload: %v", err)
-	}
-	return r
-}
-
-// replace returns fn for edit replacing old with new once, failing if old
-// is missing.
-func replace(t *testing.T, old, new string) func(string) string {
-	return func(s string) string {
-		if !strings.Contains(s, old) {
-			t.Fatalf("%q not found in:\n%s", old, s)
-		}
-		return strings.Replace(s, old, new, 1)
-	}
-}
-
-// stateOf waits until agent is in state want.
-func (e *e2e) waitState(agent string, want session.AgentState) {
-	e.t.Helper()
-	var got session.AgentState
-	if !testproc.CheckFor(testWait, pollStep, func() bool {
-		states, err := e.gw.Supervisor().States(testCtx(e.t))
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		got = states[agent]
-		return got == want
-	}) {
-		e.t.Fatalf("%s is %q, want %q", agent, got, want)
-	}
-}
-
 func TestReloadInvalidEditLeavesRunningSetUntouched(t *testing.T) {
 	e := startE2E(t, pair(100000, 100000, "review", nil, map[string]string{
 		"PUBLISH": publishes(pub("research-alerts", "main", alert, 1)),
@@ -362,13 +308,4 @@ func TestReloadWatchesTheDirectory(t *testing.T) {
 	if got := len(e.events("reload_failed", "")); got != n {
 		t.Errorf("reload_failed events went from %d to %d", n, got)
 	}
-}
-
-func mustRead(t *testing.T, path string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }
