@@ -24,19 +24,22 @@
 // The path of one push, in the order the data flows, one file each:
 //
 //  1. session/run.go: the Reader's line is checked against its tools and
-//     decoded once, into a session.Publish for the owner.
-//  2. messages.go: the gateway (the sessions' owner) checks its ids.
-//  3. admit.go: rate limits, backlog, validation, budgets checked and
-//     charged in one step, and the commit (publish.go holds the judgment
-//     shared with bcpgw check, budget.go the ledgers).
-//  4. store/delivery.go: the delivery and its events, in one transaction;
+//     decoded once, into a session.Publish for the session's owner.
+//  2. messages.go: the gateway, that owner, checks its ids.
+//  3. admit.go: backlog, rate limits, then the judgment, then the budgets
+//     checked and charged in one step, then the commit.
+//  4. publish.go: the judgment, shared with bcpgw check: rights,
+//     subscription, validation, filter (ValidatePublish), and what the
+//     budgets allow (Verdict.Afford).
+//  5. store/delivery.go: the delivery and its events in one transaction;
 //     the Reader hears success once it is durable.
-//  5. outbox.go: the Controller's courier takes it in order and sends it
-//     as a turn (prompt.go says how it reads), and marks it delivered on
-//     the runtime's result.
-//  6. session/session.go: the turn is queued and written to the
-//     Controller's stdin; session/run.go dispatches it and takes the
-//     result.
+//  6. outbox.go: the Controller's courier takes it in order and asks for
+//     a turn (deliver), with its retry policy (redeliver).
+//  7. turns.go: the Controller's session is found or started, and the
+//     turn queued on it (bringTurn).
+//  8. session/session.go: the turn is written to the Controller's stdin
+//     once the runtime is free; its result (session/run.go again, now on
+//     the Controller's side) acknowledges the delivery.
 //
 // Identity always comes from the pipe a message arrived on. Every refusal
 // carries a section-6 code and is stored as an event.
