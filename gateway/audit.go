@@ -17,8 +17,7 @@ type Auditor interface {
 	Audit(store.Event)
 }
 
-// LogAuditor writes events to a logger: the auditor of sessions used
-// without a store, and the log half of StoreAuditor.
+// LogAuditor writes events to a logger: the log half of StoreAuditor.
 type LogAuditor struct {
 	Logger hclog.Logger
 	// Quiet, if set, keeps a flood of refusals out of the log (see

@@ -548,7 +548,7 @@ type PendingReply struct {
 // ReplyLater reserves the next place in the order of answers to the
 // runtime, for an answer that is known only later (after a commit, or an
 // operator's decision). Answers reserved after it wait until it is sent.
-// Only OnMessage may call it.
+// Only the owner's Message may call it.
 func (s *Session) ReplyLater() *PendingReply {
 	p := &PendingReply{s: s}
 	s.replyMu.Lock()
@@ -579,9 +579,9 @@ func (p *PendingReply) Send(msg any) {
 // answers behind it go on.
 func (p *PendingReply) Skip() { p.Send(nil) }
 
-// Reply answers the runtime from inside OnMessage, which runs on the
-// session's own goroutine (where Send would wait on itself), after any
-// answer still reserved by ReplyLater. It never blocks.
+// Reply answers the runtime from inside the owner's Message, which runs
+// on the session's own goroutine (where Send would wait on itself), after
+// any answer still reserved by ReplyLater. It never blocks.
 func (s *Session) Reply(msg any) {
 	s.ReplyLater().Send(msg)
 }
