@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -73,7 +74,7 @@ read-only, as it left them; stderr says so.`,
 				// the items) are held until the end.
 				now := time.Now()
 				tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "ID\tSTATUS\tAGE\tCAT\tBITS\tANOMALIES\tCONTROLLER\tREADER\tSUBSCRIPTION/QUERY\tEXPIRES IN")
+				fmt.Fprintln(tw, "ID\tSTATUS\tAGE\tCAT\tBITS\tANOMALIES\tCONTROLLER\tREADER\tSUBSCRIPTION/QUERY\tEXPIRES IN\tAPPROVALS")
 				n := 0
 				err := eachApproval(ctx, cl, status, limit, func(a control.Approval) error {
 					n++
@@ -81,8 +82,8 @@ read-only, as it left them; stderr says so.`,
 					if a.QueryID != "" {
 						what = "query " + a.QueryID
 					}
-					_, err := fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.1f\t%d\t%s\t%s\t%s\t%s\n", a.ID, a.Status, tui.Age(now.Sub(a.CreatedAt)), a.Category,
-						a.BandwidthBits, len(a.Anomalies), a.Controller, a.Reader, what, expiresIn(now, a))
+					_, err := fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.1f\t%d\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.Status, tui.Age(now.Sub(a.CreatedAt)), a.Category,
+						a.BandwidthBits, len(a.Anomalies), a.Controller, a.Reader, what, expiresIn(now, a), cmp.Or(a.Progress(), "-"))
 					return err
 				})
 				if err != nil {
@@ -191,7 +192,13 @@ An approval applies to exact content: --sha256 names the hash of the
 content you read (shown by "bcpgw approvals list --json" and in the
 queue). Without it, the item's current hash is used: read the item first
 ("bcpgw approvals list --json") if you decide from the command line.
-An item is decided once; deciding it again is refused.`,
+An item is decided once; deciding it again is refused.
+
+An item whose approval policy requires several approvals (approvals:
+{required: N} in its Controller's definition) is delivered once N
+operators with different uids have approved it; until then "approve"
+counts yours and says how many more are needed, and approving it again
+yourself is refused. A rejection by anyone ends it.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withClient(cmd, state, func(ctx context.Context, cl *control.Client) error {
@@ -206,6 +213,11 @@ An item is decided once; deciding it again is refused.`,
 				a, err := cl.Approve(ctx, args[0], hash, note)
 				if err != nil {
 					return err
+				}
+				if a.Status == "pending" { // counted; others must approve too
+					fmt.Fprintf(cmd.OutOrStdout(), "Approved %s (%s): Cat-%d from %s, not delivered yet: it waits for %d more approval(s) from other operators (other uids).\n",
+						a.ID, a.Progress(), a.Category, a.Reader, a.Required-len(a.Approvals))
+					return nil
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "Approved %s: Cat-%d from %s, %.1f bits, queued for delivery to %s.\n",
 					a.ID, a.Category, a.Reader, a.BandwidthBits, a.Controller)

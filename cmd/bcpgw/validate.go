@@ -208,6 +208,9 @@ func printSummary(w io.Writer, set *agents.Set, stateDir string) {
 			if r := ratesText(l); r != "" {
 				fmt.Fprintf(w, "    rates: %s\n", r)
 			}
+			if c.Role == agents.RoleController {
+				printApprovals(w, l) // validate_approvals.go
+			}
 			if len(c.Subscriptions) == 0 {
 				continue
 			}

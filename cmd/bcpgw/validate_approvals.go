@@ -1,0 +1,57 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/bcpgw/bcpgw/agents"
+)
+
+// printApprovals writes the approval policies of a channel's items, as
+// bcpgw validate's summary shows them under the channel, when its
+// Controller set any (approvals:): one line for the answers to queries
+// and one per subscription, each with what applies after inheritance
+// ("    approvals of digest: 2 operators (distinct uids), ttl 4h"). Nothing when all
+// are the gateway's defaults.
+func printApprovals(w io.Writer, l *agents.Link) {
+	set := l.ControllerSide.Approvals != (agents.ApprovalPolicy{})
+	for _, s := range l.ControllerSide.Subscriptions {
+		set = set || s.Approvals != (agents.ApprovalPolicy{})
+	}
+	if !set {
+		return
+	}
+	fmt.Fprintf(w, "    approvals of answers: %s\n", approvalsText(l.Approvals("")))
+	for _, s := range l.ControllerSide.Subscriptions {
+		fmt.Fprintf(w, "    approvals of %s: %s\n", s.ID, approvalsText(l.Approvals(s.ID)))
+	}
+}
+
+// approvalsText is a policy in words, defaults named: "2 operators
+// (distinct uids), ttl 4h", "1 operator, ttl --approval-ttl".
+func approvalsText(p agents.ApprovalPolicy) string {
+	n := max(p.Required, 1)
+	who := "1 operator"
+	if n > 1 {
+		who = fmt.Sprintf("%d operators (distinct uids)", n)
+	}
+	ttl := "--approval-ttl"
+	if p.TTL > 0 {
+		ttl = shortDuration(p.TTL)
+	}
+	return who + ", ttl " + ttl
+}
+
+// shortDuration drops a duration's zero tail: "4h", "30m", "1h30m".
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
