@@ -161,7 +161,7 @@ func TestPolicyLoaded(t *testing.T) {
 		t.Errorf("PolicyText %q, want %q", got, want)
 	}
 	findings := set.Subscription("main", "researcher", "findings")
-	if got, want := findings.PolicyText(), `rate limit 10 per 24h0m0s; filter: relevance >= 4 && !("rumour" in tags) && published >= "2025-01-01"`; got != want {
+	if got, want := findings.PolicyText(), `rate limit 10 per 24h; filter: relevance >= 4 && !("rumour" in tags) && published >= "2025-01-01"`; got != want {
 		t.Errorf("PolicyText %q, want %q", got, want)
 	}
 	if findings.Debounce != nil || findings.Batch != nil {

@@ -2,6 +2,7 @@ package agents
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/bcpgw/bcpgw/bcp"
@@ -33,7 +34,20 @@ func (r Rate) String() string {
 	case time.Hour:
 		return fmt.Sprintf("%d/hour", r.Limit)
 	}
-	return fmt.Sprintf("%d per %s", r.Limit, r.Window)
+	return fmt.Sprintf("%d per %s", r.Limit, shortDuration(r.Window))
+}
+
+// shortDuration writes d without its zero minutes and seconds: "24h",
+// "1h30m", "90s" rather than "24h0m0s".
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
 }
 
 // Rates are one side's limits on a channel, by category. The gateway

@@ -24,6 +24,52 @@ type checkOutput struct {
 	Response      bcp.Response  `json:"response"`
 	Anomalies     []bcp.Anomaly `json:"anomalies"`
 	Route         bcp.Route     `json:"route"`
+	// Filtered: accepted, but the subscription's filter keeps it from
+	// the Controller (route "filtered"; nothing charged).
+	Filtered bool `json:"filtered"`
+	// Policy is what the subscription's delivery policy says of the push;
+	// absent when the subscription has none (or was not found).
+	Policy *checkPolicy `json:"policy,omitempty"`
+}
+
+// checkPolicy is the delivery policy a push meets (docs/definitions.md).
+type checkPolicy struct {
+	// RateLimit is the limit as "N/hour" or "N per DURATION". A dry run
+	// starts with an empty window, so it never refuses; the gateway
+	// refuses the push over it with rate_limited.
+	RateLimit string `json:"rate_limit,omitempty"`
+	// Filter is the expression; FilterMatched what it said (absent when
+	// the push was refused before it ran), FilterError why it failed (a
+	// failure counts as no match).
+	Filter        string `json:"filter,omitempty"`
+	FilterMatched *bool  `json:"filter_matched,omitempty"`
+	FilterError   string `json:"filter_error,omitempty"`
+}
+
+// routeFiltered is check's route of a push the filter keeps out.
+const routeFiltered bcp.Route = "filtered"
+
+// policyOf reports what sub's policy says of verdict v; ran says whether
+// the filter ran (the push validated).
+func policyOf(sub *agents.Subscription, v gateway.Verdict, ran bool) *checkPolicy {
+	if sub == nil || (sub.RateLimit == nil && sub.Filter == nil) {
+		return nil
+	}
+	p := &checkPolicy{}
+	if sub.RateLimit != nil {
+		p.RateLimit = sub.RateLimit.String()
+	}
+	if sub.Filter != nil {
+		p.Filter = sub.Filter.Source
+		if ran {
+			matched := !v.Filtered
+			p.FilterMatched = &matched
+		}
+		if v.FilterErr != nil {
+			p.FilterError = v.FilterErr.Error()
+		}
+	}
+	return p
 }
 
 func newCheckCmd() *cobra.Command {
@@ -35,14 +81,18 @@ func newCheckCmd() *cobra.Command {
 		Long: `Runs the checks the gateway applies when Reader R publishes RESPONSE to
 subscription ID of Controller C, with both sessions' budgets full, and prints
 one JSON object: accepted, code, detail, bandwidth_bits (charged), response
-(normalized, in spec order; null when refused), anomalies and route
-(deliver, review or reject).
+(normalized, in spec order; null when refused), anomalies, route (deliver,
+review, filtered or reject), filtered, and policy when the subscription has
+a delivery policy: rate_limit (which a dry run, starting with an empty
+window, never reaches), filter and filter_matched (and filter_error when the
+filter failed, which counts as no match). A filtered push is accepted: it
+is recorded, not delivered and not charged.
 
 --response takes the JSON itself, @FILE to read it from a file, or - for
 standard input.
 
-Exit status: 0 accepted (route deliver or review), 1 refused, 2 usage or
-definition errors.
+Exit status: 0 accepted (route deliver, review or filtered), 1 refused, 2
+usage or definition errors.
 ` + compatHelp + `
 With --compat trionyx a category the channel's rates deny is refused
 (category_not_allowed) before the other checks, as the gateway does; the
@@ -64,9 +114,10 @@ rates' windows are empty in a dry run.`,
 			if set.Agent(reader) == nil {
 				return &exitError{code: exitUsage, msg: fmt.Sprintf("--reader: no agent named %q in %s", reader, agentsDir)}
 			}
-			v := gateway.JudgePublish(set, gateway.Publish{
-				Reader: reader, Controller: controller, SubscriptionID: subscription, Response: raw,
-			}, gateway.FreshBudgets)
+			p := gateway.Publish{Reader: reader, Controller: controller, SubscriptionID: subscription, Response: raw}
+			v := gateway.JudgePublish(set, p, gateway.FreshBudgets)
+			// Whether the filter ran: the budgets, after it, may refuse.
+			filterRan := gateway.ValidatePublish(set, p).Accepted()
 			if e := gateway.RateCheck(set, controller, reader, subscription); e != nil {
 				v = gateway.Verdict{Result: bcp.Result{Route: bcp.RouteReject}, Err: e}
 			}
@@ -76,6 +127,11 @@ rates' windows are empty in a dry run.`,
 				BandwidthBits: v.Charged(),
 				Anomalies:     v.Result.Anomalies,
 				Route:         v.Result.Route,
+				Filtered:      v.Filtered,
+				Policy:        policyOf(set.Subscription(controller, reader, subscription), v, filterRan),
+			}
+			if v.Filtered {
+				out.Route = routeFiltered
 			}
 			if out.Anomalies == nil {
 				out.Anomalies = []bcp.Anomaly{}

@@ -173,8 +173,9 @@ Researcher.
 // ---------------------------------------------------------------------------
 // Parsing check's output
 
-// checkKeys are the keys of check's JSON object, in the order printed.
-var checkKeys = []string{"accepted", "code", "detail", "bandwidth_bits", "response", "anomalies", "route"}
+// checkKeys are the keys of check's JSON object, in the order printed;
+// "policy" follows when the subscription has a delivery policy.
+var checkKeys = []string{"accepted", "code", "detail", "bandwidth_bits", "response", "anomalies", "route", "filtered"}
 
 type anomaly struct {
 	Code  string `json:"code"`
@@ -190,6 +191,8 @@ type verdict struct {
 	Response      json.RawMessage `json:"response"`
 	Anomalies     []anomaly       `json:"anomalies"`
 	Route         string          `json:"route"`
+	Filtered      bool            `json:"filtered"`
+	Policy        json.RawMessage `json:"policy"` // policy_test.go looks into it
 }
 
 // objectMembers parses s as exactly one JSON object on one line (plus the
@@ -282,7 +285,7 @@ func parseVerdict(t *testing.T, stdout string) verdict {
 	if err != nil {
 		t.Fatalf("stdout is not one JSON object: %v\n%s", err, stdout)
 	}
-	if !slices.Equal(keys, checkKeys) {
+	if !slices.Equal(keys, checkKeys) && !slices.Equal(keys, append(slices.Clip(checkKeys), "policy")) {
 		t.Errorf("keys = %q, want %q", keys, checkKeys)
 	}
 	if a := strings.TrimSpace(string(vals["anomalies"])); !strings.HasPrefix(a, "[") {

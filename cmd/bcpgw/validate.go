@@ -28,7 +28,9 @@ func newValidateCmd() *cobra.Command {
 		Long: `Loads every .md definition in DIR as one set, applies every load-time rule
 and prints a summary: each agent, its sandbox (workdir, extra read-only and
 writable paths, network), its channels (effective max category and both
-sides' budgets) and each subscription with its bits per push.
+sides' budgets) and each subscription with its bits per push and its
+delivery policy (rate limit, filter; --json adds the filter's estimated
+worst-case cost).
 
 With --state (or BCPGW_STATE), the rules about the state directory are
 applied too (no workdir or sandbox path may reach into it), as bcpgw run
@@ -216,7 +218,7 @@ func printSummary(w io.Writer, set *agents.Set, stateDir string) {
 			}
 			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 			for _, s := range c.Subscriptions {
-				fmt.Fprintf(tw, "    subscription %s\tCat-%d\t%14s per push\t%s\n", s.ID, s.Spec.Category, bcp.FormatBits(s.Bits), shape(s.Spec))
+				fmt.Fprintf(tw, "    subscription %s\tCat-%d\t%14s per push\t%s%s\n", s.ID, s.Spec.Category, bcp.FormatBits(s.Bits), shape(s.Spec), policyColumn(s))
 			}
 			tw.Flush()
 		}
@@ -229,6 +231,15 @@ func linkOf(set *agents.Set, d *agents.Definition, c *agents.Channel) *agents.Li
 		return set.Link(d.Name, c.Peer)
 	}
 	return set.Link(c.Peer, d.Name)
+}
+
+// policyColumn is a subscription's delivery policy as the summary's last
+// column ("\trate limit 1/hour; filter: score >= 4"), or nothing.
+func policyColumn(s *agents.Subscription) string {
+	if p := s.PolicyText(); p != "" {
+		return "\t" + p
+	}
+	return ""
 }
 
 func shape(s bcp.Spec) string {
@@ -305,6 +316,19 @@ type (
 		Directive     string         `json:"directive,omitempty"`
 		MaxWords      int            `json:"max_words,omitempty"`
 		OnAnomaly     bcp.OnAnomaly  `json:"on_anomaly,omitempty"`
+		// RateLimit and Filter are the delivery policy, when set;
+		// FilterMaxCost is the filter's estimated worst-case cost, at most
+		// agents.MaxFilterCost.
+		RateLimit     *jsonRateLimit `json:"rate_limit,omitempty"`
+		Filter        string         `json:"filter,omitempty"`
+		FilterMaxCost uint64         `json:"filter_max_cost,omitempty"`
+	}
+	// jsonRateLimit is a subscription's rate_limit: window as a Go
+	// duration ("1h0m0s"), text as the summary writes it ("1/hour").
+	jsonRateLimit struct {
+		Max    int    `json:"max"`
+		Window string `json:"window"`
+		Text   string `json:"text"`
 	}
 )
 
@@ -342,11 +366,18 @@ func validateReport(dir, stateDir string, set *agents.Set, le *agents.LoadError)
 				Subscriptions: []jsonSubscription{},
 			}
 			for _, s := range c.Subscriptions {
-				jc.Subscriptions = append(jc.Subscriptions, jsonSubscription{
+				js := jsonSubscription{
 					ID: s.ID, Category: s.Spec.Category, BandwidthBits: s.Bits,
 					Fields: s.Spec.Fields, Questions: s.Spec.Questions, Directive: s.Spec.Directive,
 					MaxWords: s.Spec.MaxWords, OnAnomaly: s.Spec.OnAnomaly,
-				})
+				}
+				if r := s.RateLimit; r != nil {
+					js.RateLimit = &jsonRateLimit{Max: r.Limit, Window: r.Window.String(), Text: r.String()}
+				}
+				if f := s.Filter; f != nil {
+					js.Filter, js.FilterMaxCost = f.Source, f.MaxCost
+				}
+				jc.Subscriptions = append(jc.Subscriptions, js)
 			}
 			a.Channels = append(a.Channels, jc)
 		}
