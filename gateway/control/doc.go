@@ -19,7 +19,8 @@
 // the socket of a gateway running as another user only where it can read
 // that gateway's namespaces; otherwise it is refused, and should connect
 // as the gateway's user. Decisions on approval items record the deciding
-// user, uid and pid from those credentials.
+// user, uid and pid from those credentials; an item whose policy needs
+// several approvals counts one per uid.
 //
 // Events reach subscribers as notifications (requests without an id),
 // method "event". A subscription reads the durable event log from its
@@ -67,4 +68,6 @@
 //	-32010 limit             too many subscriptions or connections
 //	-32011 definitions_invalid  reload: the definitions do not load; the running set stays in force
 //	-32012 not_parked        deliveries.retry/discard: only a parked delivery is the operator's
+//	-32013 already_approved  approvals.approve: this uid's approval of the item is already
+//	                         counted; an item that needs several needs them from other uids
 package control
