@@ -237,3 +237,33 @@ func FuzzFilterMatch(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkFilterMatch is one evaluation of a typical Cat-1 filter, and
+// of a Cat-2 one that reads text and a list.
+func BenchmarkFilterMatch(b *testing.B) {
+	for _, c := range []struct {
+		name, expr, raw string
+		spec            bcp.Spec
+	}{
+		{"cat1", `priority in ["high", "critical"] && score >= 4`, `{"urgent": true, "priority": "high", "score": 4}`, alertSpec},
+		{"cat2", `relevance >= 4 && "mergers" in tags && finding.matches("(?i)initech")`,
+			`{"finding": "Acme bought Initech", "tags": "ai, mergers", "relevance": 5, "published": "2025-03-01"}`, findingSpec},
+	} {
+		f, err := agents.CompileFilter(c.spec, c.expr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		res, err := bcp.Validate(c.spec, []byte(c.raw))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if ok, err := f.Match(res.Response); !ok || err != nil {
+					b.Fatal(ok, err)
+				}
+			}
+		})
+	}
+}
