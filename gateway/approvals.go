@@ -84,7 +84,7 @@ func (g *Gateway) Approve(ctx context.Context, id, sha256 string, by store.Decid
 		return a, err
 	}
 	if d == nil { // counted towards its quorum; still pending
-		g.log.Info("approval item approved, waiting for more", "id", a.ID, "by", by.String(), "approvals", a.Approved())
+		g.log.Info("approval item approved, waiting for more", "id", a.ID, "by", by.String(), "approvals", a.Progress())
 		return a, nil
 	}
 	g.backlog.add(store.Pair{Controller: d.Controller, Reader: d.Reader})
@@ -161,7 +161,7 @@ func (g *Gateway) expireDue(ctx context.Context) {
 	for _, item := range due {
 		reason := fmt.Sprintf("no decision within %s", itemTTL(&item))
 		if item.Required > 1 {
-			reason += fmt.Sprintf(" (%s)", item.Approved())
+			reason += fmt.Sprintf(" (%s)", item.Progress())
 		}
 		a, _, err := g.cfg.Store.Decide(ctx, store.Decision{ID: item.ID, Status: store.ApprovalExpired, By: self(),
 			Reason: reason, At: g.now()})

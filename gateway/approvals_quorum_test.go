@@ -44,8 +44,8 @@ func TestApprovalQuorumOfTwoDistinctOperators(t *testing.T) {
 	if err != nil {
 		t.Fatalf("first Approve: %v", err)
 	}
-	if a.Status != store.ApprovalPending || a.Approved() != "1 of 2 approvals" || len(a.Grants) != 1 || a.Grants[0].By != alice {
-		t.Fatalf("after one approval: %q %q %+v", a.Status, a.Approved(), a.Grants)
+	if a.Status != store.ApprovalPending || a.Progress() != "1 of 2 approvals" || len(a.Grants) != 1 || a.Grants[0].By != alice {
+		t.Fatalf("after one approval: %q %q %+v", a.Status, a.Progress(), a.Grants)
 	}
 	ev := e.eventsFor("approval_partial", item.ID)
 	if len(ev) != 1 || ev[0].Detail != "approval 1 of 2 by alice (uid 1001, pid 4242); waits for 1 more from another operator" {
@@ -123,7 +123,7 @@ func TestApprovalQuorumSurvivesRestart(t *testing.T) {
 	e2 := runE2E(t, dir, set, vars, nil)
 	e2.running()
 	pending := e2.pendingApprovals(1)
-	if len(pending) != 1 || pending[0].ID != item.ID || pending[0].Approved() != "1 of 2 approvals" || pending[0].Grants[0].By != alice {
+	if len(pending) != 1 || pending[0].ID != item.ID || pending[0].Progress() != "1 of 2 approvals" || pending[0].Grants[0].By != alice {
 		t.Fatalf("pending after restart = %+v", pending)
 	}
 	if _, err := e2.gw.Approve(testCtx(t), item.ID, item.SHA256, aliceAgain, ""); !errors.Is(err, store.ErrAlreadyApproved) {

@@ -189,7 +189,7 @@ func alreadyApproved(a *store.Approval, by store.Decider) error {
 		}
 	}
 	return control.Errorf(control.CodeAlreadyApproved, "approval item %s already has your approval (%s, uid %d%s): %s; "+
-		"the next must come from another operator (another uid); nothing was changed", a.ID, by.Name, by.UID, when, a.Approved())
+		"the next must come from another operator (another uid); nothing was changed", a.ID, by.Name, by.UID, when, a.Progress())
 }
 
 // decisionError maps the errors of a decision to the API's codes, with a

@@ -89,9 +89,9 @@ type Grant struct {
 	At     time.Time `json:"at"`
 }
 
-// Approved is the "1 of 2 approvals" of a pending item that needs more
+// Progress is the "1 of 2 approvals" of an item that needs more
 // than one; empty when it needs one.
-func (a *Approval) Approved() string {
+func (a *Approval) Progress() string {
 	if a.Required <= 1 {
 		return ""
 	}

@@ -35,8 +35,8 @@ func TestQuorumOfTwoDistinctDeciders(t *testing.T) {
 	if err != nil || dl != nil {
 		t.Fatalf("first approval: delivery %v, err %v; want none and no error", dl, err)
 	}
-	if got.Status != ApprovalPending || len(got.Grants) != 1 || got.Approved() != "1 of 2 approvals" {
-		t.Fatalf("after the first approval: %q, %q, grants %+v", got.Status, got.Approved(), got.Grants)
+	if got.Status != ApprovalPending || len(got.Grants) != 1 || got.Progress() != "1 of 2 approvals" {
+		t.Fatalf("after the first approval: %q, %q, grants %+v", got.Status, got.Progress(), got.Grants)
 	}
 	stored, err := s.Approval(ctx, a.ID)
 	if err != nil {
@@ -172,7 +172,7 @@ func TestRequiredDefaultsToOne(t *testing.T) {
 		t.Fatalf("Required = %d, want 1", a.Required)
 	}
 	got, dl, err := s.Decide(ctx, Decision{ID: a.ID, Status: ApprovalApproved, SHA256: a.SHA256, By: Decider{Name: "alice"}, At: now})
-	if err != nil || dl == nil || got.Status != ApprovalApproved || got.Approved() != "" {
+	if err != nil || dl == nil || got.Status != ApprovalApproved || got.Progress() != "" {
 		t.Fatalf("approval: %+v, %v, %v", got, dl, err)
 	}
 }
