@@ -277,3 +277,51 @@ func errOf(v Verdict) error {
 	}
 	return v.Err
 }
+
+// TestSubscriptionRateReload: the count belongs to (controller, reader,
+// subscription id), so a reload that changes the limit applies it at once
+// to what was counted; refused, filtered and released pushes do not count.
+func TestSubscriptionRateReload(t *testing.T) {
+	var rl rateLimiter
+	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	sub := &agents.Subscription{ID: "s", Controller: "main", Reader: "researcher", RateLimit: &agents.Rate{Limit: 2, Window: time.Hour}}
+	verdict := func(s *agents.Subscription) *Verdict { return &Verdict{Subscription: s} }
+	for i := range 2 {
+		if v := verdict(sub); rl.subscriptionRate(v, now).rl == nil || !v.Accepted() {
+			t.Fatalf("push %d: %v", i, v.Err)
+		}
+	}
+	// Refused or filtered before the limit: not counted, not refused.
+	if v := (&Verdict{Subscription: sub, Err: bcp.Errorf(bcp.ValidationFailed, "x")}); rl.subscriptionRate(v, now).rl != nil || v.Err.Code != bcp.ValidationFailed {
+		t.Errorf("a refused push was counted: %v", v.Err)
+	}
+	if v := (&Verdict{Subscription: sub, Filtered: true}); rl.subscriptionRate(v, now).rl != nil || !v.Accepted() {
+		t.Errorf("a filtered push was counted or refused: %v", v.Err)
+	}
+	v := verdict(sub)
+	rl.subscriptionRate(v, now.Add(30*time.Minute))
+	if bcp.CodeOf(errOf(*v)) != bcp.RateLimited || !strings.HasSuffix(v.Err.Detail, "the next push is allowed in 30m0s") || v.Result.Route != bcp.RouteReject {
+		t.Fatalf("third push in the hour: %v", v.Err)
+	}
+	// The reloaded definition allows 3: the two counted leave room for one.
+	reloaded := *sub
+	reloaded.RateLimit = &agents.Rate{Limit: 3, Window: time.Hour}
+	slot := rl.subscriptionRate(verdict(&reloaded), now.Add(31*time.Minute))
+	if slot.rl == nil {
+		t.Fatal("the reloaded limit was not applied")
+	}
+	if v := verdict(&reloaded); rl.subscriptionRate(v, now.Add(32*time.Minute)).rl != nil || v.Accepted() {
+		t.Fatal("a fourth push within the hour was admitted")
+	}
+	// A push the budgets refuse gives its place back.
+	slot.release()
+	if v := verdict(&reloaded); rl.subscriptionRate(v, now.Add(33*time.Minute)).rl == nil {
+		t.Fatalf("a released place was not given back: %v", v.Err)
+	}
+	// Another subscription of the same pair has its own count.
+	other := *sub
+	other.ID = "t"
+	if v := verdict(&other); rl.subscriptionRate(v, now).rl == nil {
+		t.Fatalf("another subscription: %v", v.Err)
+	}
+}
