@@ -13,6 +13,7 @@ import (
 	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/bcp"
 	"github.com/bcpgw/bcpgw/internal/clock"
+	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 // policyPair is main and researcher with subscriptions that have a
@@ -76,7 +77,7 @@ type policyVerdict struct {
 func (e *e2e) policyVerdicts(n int) []policyVerdict {
 	e.t.Helper()
 	var got []policyVerdict
-	if !eventually(func() bool {
+	if !testproc.CheckFor(testWait, pollStep, func() bool {
 		got = nil
 		f, err := os.Open(testrtLog(e.dir, "researcher"))
 		if err != nil {
@@ -98,22 +99,10 @@ func (e *e2e) policyVerdicts(n int) []policyVerdict {
 	return got
 }
 
-// eventually polls fn until it holds or testWait has passed.
-func eventually(fn func() bool) bool {
-	for end := time.Now().Add(testWait); ; time.Sleep(pollStep) {
-		if fn() {
-			return true
-		}
-		if time.Now().After(end) {
-			return false
-		}
-	}
-}
-
 // waitCount waits until there are n events of kind (and code).
 func (e *e2e) waitCount(kind, code string, n int) {
 	e.t.Helper()
-	if !eventually(func() bool { return len(e.events(kind, code)) >= n }) {
+	if !testproc.CheckFor(testWait, pollStep, func() bool { return len(e.events(kind, code)) >= n }) {
 		e.t.Fatalf("%d %s events (code %q), want %d", len(e.events(kind, code)), kind, code, n)
 	}
 }
