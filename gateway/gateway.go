@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/bcpgw/bcpgw/agents"
+	"github.com/bcpgw/bcpgw/gateway/notify"
 	"github.com/bcpgw/bcpgw/gateway/session"
 	"github.com/bcpgw/bcpgw/gateway/store"
 )
@@ -65,6 +66,10 @@ type Config struct {
 	// Controller before further pushes on that channel are refused with
 	// backlog_full (see backlog). Default DefaultMaxBacklog.
 	MaxBacklog int
+	// Notify, if set, is the loaded notify file (bcpgw run --notify): its
+	// targets are sent the events they ask for, and the file is read
+	// again on every reload (notify_wiring.go).
+	Notify *notify.Targets
 }
 
 // Gateway routes BCP traffic between the sessions of one set of agents:
@@ -90,9 +95,10 @@ type Gateway struct {
 	queries map[string]*pendingQuery
 	held    map[string]heldItem // by approval id
 
-	outbox  *outbox
-	egress  *egressProxies
-	running chan struct{} // closed once Run has loaded what the store holds
+	outbox   *outbox
+	egress   *egressProxies
+	notifier *notify.Notifier // nil without Config.Notify
+	running  chan struct{}    // closed once Run has loaded what the store holds
 	// ctx is Run's context: goroutines started on behalf of a message
 	// (query dispatch) live at most as long as Run. Set before any session
 	// can exist.
@@ -154,6 +160,9 @@ func New(cfg Config) (*Gateway, error) {
 	g.sv = session.NewSupervisor(session.SupervisorConfig{
 		Set: cfg.Set, Logger: cfg.Logger, Owner: sessionOwner{g}, Clock: cfg.Clock, Session: sc,
 	})
+	if err := g.newNotifier(); err != nil {
+		return nil, err
+	}
 	return g, nil
 }
 
@@ -199,6 +208,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	g.sched.start(ctx, g.set.Load())
 	close(g.running)
 	g.spawn(func() { g.expireLoop(ctx) })
+	g.runNotifier(ctx)
 	g.spawn(func() {
 		<-ctx.Done()
 		g.sched.wait()

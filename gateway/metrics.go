@@ -9,6 +9,7 @@ import (
 
 	"github.com/bcpgw/bcpgw/bcp"
 	"github.com/bcpgw/bcpgw/gateway/egress"
+	"github.com/bcpgw/bcpgw/gateway/notify"
 	"github.com/bcpgw/bcpgw/gateway/session"
 	"github.com/bcpgw/bcpgw/gateway/store"
 )
@@ -34,6 +35,7 @@ type Metrics struct {
 	reloads    *prometheus.CounterVec
 	egressConn *prometheus.CounterVec
 	egressData *prometheus.CounterVec
+	notify     *notify.Metrics // the notifier's (notify_wiring.go)
 
 	// Read at scrape time.
 	approvalsPending  *prometheus.Desc
@@ -133,6 +135,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, o := range []string{"ok", "failed"} {
 		m.reloads.WithLabelValues(o)
 	}
+	m.notify = notify.NewMetrics(reg)
 	reg.MustRegister(m.publishes, m.queries, m.answers, m.refusals, m.bits, m.decisions, m.deliveries, m.latency,
 		m.crashes, m.restarts, m.throttles, m.reloads, m.egressConn, m.egressData, scrapeCollector{m})
 	return m

@@ -31,11 +31,14 @@ type Reloaded struct {
 	Cancelled []string
 	// Schedules started and stopped.
 	SchedulesAdded, SchedulesRemoved int
+	// Notify says what changed in the notify targets, or that their
+	// file did not load ("" if neither).
+	Notify string
 }
 
 // Changed reports whether the reload changed anything.
 func (r Reloaded) Changed() bool {
-	return !r.Empty() || len(r.Cancelled) > 0 || r.SchedulesAdded+r.SchedulesRemoved > 0
+	return !r.Empty() || len(r.Cancelled) > 0 || r.SchedulesAdded+r.SchedulesRemoved > 0 || r.Notify != ""
 }
 
 // Summary describes the reload, one line per kind of change.
@@ -54,6 +57,9 @@ func (r Reloaded) Summary() []string {
 	add("queries cancelled", r.Cancelled)
 	if r.SchedulesAdded+r.SchedulesRemoved > 0 {
 		out = append(out, fmt.Sprintf("cron: %d schedules started, %d stopped", r.SchedulesAdded, r.SchedulesRemoved))
+	}
+	if r.Notify != "" {
+		out = append(out, r.Notify)
 	}
 	return out
 }
@@ -86,6 +92,8 @@ func (g *Gateway) Reload(ctx context.Context, by string) (Reloaded, error) {
 	}
 	g.reloadMu.Lock()
 	defer g.reloadMu.Unlock()
+	// The notify file is read whether or not the definitions load.
+	notified := g.reloadNotify(by)
 	dir := g.set.Load().Dir
 	opts := g.set.Load().Options() // the same format (--compat) as at start
 	opts.StateDir = g.cfg.StateDir
@@ -122,7 +130,7 @@ func (g *Gateway) Reload(ctx context.Context, by string) (Reloaded, error) {
 	}
 	g.set.Store(set)
 	g.egress.prune(set)
-	r := Reloaded{Changes: ch, Agents: len(set.Agents)}
+	r := Reloaded{Changes: ch, Agents: len(set.Agents), Notify: notified}
 	r.SchedulesAdded, r.SchedulesRemoved = g.sched.update(set)
 	r.Cancelled = g.cancelOrphanQueries(set)
 	summary := "no changes"

@@ -20,13 +20,14 @@ import (
 	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/gateway"
 	"github.com/bcpgw/bcpgw/gateway/control"
+	"github.com/bcpgw/bcpgw/gateway/notify"
 	"github.com/bcpgw/bcpgw/gateway/session"
 	"github.com/bcpgw/bcpgw/gateway/store"
 	"github.com/bcpgw/bcpgw/internal/reaper"
 )
 
 func newRunCmd() *cobra.Command {
-	var agentsDir, stateDir, logFormat, logLevel, metricsAddr string
+	var agentsDir, stateDir, logFormat, logLevel, metricsAddr, notifyFile string
 	var approvalTTL, queryTimeout, turnTimeout time.Duration
 	var maxBacklog int
 	retain := retainFlag(store.DefaultRetain)
@@ -79,6 +80,12 @@ them are parked, not dropped: see bcpgw deliveries.
 
 --metrics-addr serves Prometheus metrics (bcpgw_*) at /metrics on that
 address; a bare port listens on 127.0.0.1 only. Off by default.
+
+--notify FILE sends the events its targets ask for (an approval item
+waiting, an agent failed ...) to webhooks: JSON, Slack or ntfy, signed,
+at least once, each target from a cursor kept in the state file. The
+file is checked at start (a variable it names must be set) and read again
+on every reload. See bcpgw notify test and docs/operating.md.
 ` + compatHelp + `
 A reload reads them the same way. bcpgw run creates the directories
 TriOnyx agents may write that do not exist yet (WORKSPACE/agents/NAME and
@@ -128,6 +135,14 @@ each fs_write DIR/**).`,
 			for _, w := range set.Warnings {
 				logger.Warn("definition warning", "warning", w.String())
 			}
+			// The notify file, and every variable it names, is checked
+			// now: not at the first notification, hours later.
+			var targets *notify.Targets
+			if notifyFile != "" {
+				if targets, err = notify.Load(notifyFile, os.Getenv); err != nil {
+					return &exitError{code: exitFailed, msg: "notify file does not load:\n" + err.Error()}
+				}
+			}
 			// Refuse early, before creating anything, if a gateway
 			// answers on this state directory or its socket path is taken.
 			sock := filepath.Join(stateDir, control.SocketName)
@@ -170,7 +185,7 @@ each fs_write DIR/**).`,
 			gw, err := gateway.New(gateway.Config{Set: set, Store: st, Logger: logger, ApprovalTTL: approvalTTL, QueryTimeout: queryTimeout,
 				StateDir: stateDir, AllowUnsandboxed: allowUnsandboxed, MaxBacklog: maxBacklog,
 				Session: session.Config{Spawn: rp.Start, Release: rp.Release, TurnTimeout: turnTimeout},
-				Watch:   watch, Metrics: metrics})
+				Watch:   watch, Metrics: metrics, Notify: targets})
 			if err != nil {
 				return err
 			}
@@ -229,6 +244,7 @@ each fs_write DIR/**).`,
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address (a bare port means 127.0.0.1); off when empty")
 	f.BoolVar(&watch, "watch", true, "reload the definitions when a .md file in --agents changes")
 	f.BoolVar(&allowUnsandboxed, "allow-unsandboxed", false, "run agents whose definition says sandbox: none (refused otherwise)")
+	f.StringVar(&notifyFile, "notify", os.Getenv("BCPGW_NOTIFY"), "send events to the webhook targets of this file (YAML; read again on every reload; env BCPGW_NOTIFY)")
 	compat.add(f)
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")

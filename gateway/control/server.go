@@ -735,6 +735,9 @@ func (cc *conn) call(req *request) (result any, after func(), err error) {
 	case MethodBackup:
 		result, err := cc.backupCall(req)
 		return result, nil, err
+	case MethodNotifyTest:
+		result, err := cc.notifyCall(req)
+		return result, nil, err
 	case MethodDeliveriesList, MethodDeliveriesRetry, MethodDeliveriesDiscard:
 		result, err := cc.deliveriesCall(req)
 		return result, nil, err

@@ -27,7 +27,7 @@ var Kinds = []string{
 	"egress_ok", "egress_refused", "egress_failed", "egress_malformed", "egress_busy",
 	// The gateway and its operators.
 	"reload_ok", "reload_failed", "cron_failed", "retention_pruned", "control_refused",
-	"operator_start", "operator_stop", "operator_prompt", "operator_backup",
+	"operator_start", "operator_stop", "operator_prompt", "operator_backup", "operator_notify_test",
 	// The notifier's own (see Notifier).
 	KindSent, KindFailed, KindDisabled, KindEnabled, KindGap,
 }
