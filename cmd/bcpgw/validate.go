@@ -306,6 +306,9 @@ type (
 		ControllerRates map[string]string  `json:"controller_rates,omitempty"`
 		ReaderRates     map[string]string  `json:"reader_rates,omitempty"`
 		Subscriptions   []jsonSubscription `json:"subscriptions"`
+		// Approvals is the approval policy of answers on a controller
+		// side, when its Controller set any (validate_approvals.go).
+		Approvals *jsonApprovals `json:"approvals,omitempty"`
 	}
 	jsonSubscription struct {
 		ID            string         `json:"id"`
@@ -322,6 +325,9 @@ type (
 		RateLimit     *jsonRateLimit `json:"rate_limit,omitempty"`
 		Filter        string         `json:"filter,omitempty"`
 		FilterMaxCost uint64         `json:"filter_max_cost,omitempty"`
+		// Approvals is its approval policy after inheritance, when its
+		// Controller set any (validate_approvals.go).
+		Approvals *jsonApprovals `json:"approvals,omitempty"`
 	}
 	// jsonRateLimit is a subscription's rate_limit: window as a Go
 	// duration ("1h0m0s"), text as the summary writes it ("1/hour").
@@ -365,6 +371,9 @@ func validateReport(dir, stateDir string, set *agents.Set, le *agents.LoadError)
 				ControllerRates: ratesReport(l.ControllerSide.Rates), ReaderRates: ratesReport(l.ReaderSide.Rates),
 				Subscriptions: []jsonSubscription{},
 			}
+			if c.Role == agents.RoleController {
+				jc.Approvals = approvalsReport(l, "")
+			}
 			for _, s := range c.Subscriptions {
 				js := jsonSubscription{
 					ID: s.ID, Category: s.Spec.Category, BandwidthBits: s.Bits,
@@ -377,6 +386,7 @@ func validateReport(dir, stateDir string, set *agents.Set, le *agents.LoadError)
 				if f := s.Filter; f != nil {
 					js.Filter, js.FilterMaxCost = f.Source, f.MaxCost
 				}
+				js.Approvals = approvalsReport(l, s.ID)
 				jc.Subscriptions = append(jc.Subscriptions, js)
 			}
 			a.Channels = append(a.Channels, jc)

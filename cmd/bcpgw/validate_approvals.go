@@ -16,11 +16,7 @@ import (
 // ("    approvals of digest: 2 operators (distinct uids), ttl 4h"). Nothing when all
 // are the gateway's defaults.
 func printApprovals(w io.Writer, l *agents.Link) {
-	set := l.ControllerSide.Approvals != (agents.ApprovalPolicy{})
-	for _, s := range l.ControllerSide.Subscriptions {
-		set = set || s.Approvals != (agents.ApprovalPolicy{})
-	}
-	if !set {
+	if !hasApprovals(l) {
 		return
 	}
 	fmt.Fprintf(w, "    approvals of answers: %s\n", approvalsText(l.Approvals("")))
@@ -54,4 +50,36 @@ func shortDuration(d time.Duration) string {
 		s = strings.TrimSuffix(s, "0m")
 	}
 	return s
+}
+
+// hasApprovals reports whether l's Controller set an approval policy on
+// the channel or on any of its subscriptions.
+func hasApprovals(l *agents.Link) bool {
+	set := l.ControllerSide.Approvals != (agents.ApprovalPolicy{})
+	for _, s := range l.ControllerSide.Subscriptions {
+		set = set || s.Approvals != (agents.ApprovalPolicy{})
+	}
+	return set
+}
+
+// jsonApprovals is an approval policy in validate --json: required, and
+// ttl as a Go duration ("4h0m0s"); no ttl means --approval-ttl.
+type jsonApprovals struct {
+	Required int    `json:"required"`
+	TTL      string `json:"ttl,omitempty"`
+}
+
+// approvalsReport is the policy of l's answers (subID empty) or of
+// subscription subID, after inheritance, when l's Controller set any;
+// nil otherwise, as the text summary prints nothing then.
+func approvalsReport(l *agents.Link, subID string) *jsonApprovals {
+	if l == nil || !hasApprovals(l) {
+		return nil
+	}
+	p := l.Approvals(subID)
+	r := &jsonApprovals{Required: max(p.Required, 1)}
+	if p.TTL > 0 {
+		r.TTL = p.TTL.String()
+	}
+	return r
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"maps"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -38,5 +40,32 @@ func TestValidateSummaryShowsApprovalPolicies(t *testing.T) {
 	}
 	if got := approvalsText(agents.ApprovalPolicy{}); got != "1 operator, ttl --approval-ttl" {
 		t.Errorf("default policy: %q", got)
+	}
+}
+
+// validate --json carries the same policies.
+func TestValidateJSONShowsApprovalPolicies(t *testing.T) {
+	dir := filepath.Join("..", "..", "agents", "testdata", "valid", "approval-policy")
+	set, err := agents.LoadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := validateReport(dir, "", set, nil)
+	got := map[string]string{}
+	for _, a := range r.Agents {
+		for _, c := range a.Channels {
+			if c.Approvals != nil {
+				got[a.Name+" answers"] = fmt.Sprintf("%d %s", c.Approvals.Required, c.Approvals.TTL)
+			}
+			for _, s := range c.Subscriptions {
+				if s.Approvals != nil {
+					got[a.Name+" "+s.ID] = fmt.Sprintf("%d %s", s.Approvals.Required, s.Approvals.TTL)
+				}
+			}
+		}
+	}
+	want := map[string]string{"main answers": "2 4h0m0s", "main digest": "2 4h0m0s", "main brief": "1 4h0m0s", "main urgent": "3 30m0s"}
+	if !maps.Equal(got, want) {
+		t.Errorf("approvals in the JSON report = %v, want %v", got, want)
 	}
 }
