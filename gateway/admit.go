@@ -39,9 +39,7 @@ func (g *Gateway) publish(s *session.Session, line []byte, r runtime.Response) {
 	if !g.backlog.reserve(pair) {
 		e := bcp.Errorf(bcp.BacklogFull, "'%s' has %d deliveries from '%s' still to acknowledge; nothing was charged: send it again later",
 			r.Controller, g.backlog.pending(pair), s.Name())
-		g.refused(s.Name(), r.Controller, e, line, r.SubscriptionID)
-		g.metrics.publish("refused", e)
-		reply.Send(runtime.ValidationResult{Type: runtime.TypeValidationResult, SubscriptionID: r.SubscriptionID, Detail: e.Error()})
+		g.refusePush(s.Name(), r, e, e.Error(), line, reply)
 		return
 	}
 	set := g.set.Load()
@@ -71,15 +69,29 @@ func (g *Gateway) publish(s *session.Session, line []byte, r runtime.Response) {
 		slot.release()
 		subSlot.release()
 		g.backlog.release(pair)
-		g.refused(s.Name(), r.Controller, v.Err, line, r.SubscriptionID)
-		g.metrics.publish("refused", v.Err)
-		reply.Send(runtime.ValidationResult{Type: runtime.TypeValidationResult, SubscriptionID: r.SubscriptionID, Detail: v.Detail()})
+		g.refusePush(s.Name(), r, v.Err, v.Detail(), line, reply)
 		return
 	}
 	g.admit(reply, admitted{
 		link: link, sess: s, spec: v.Subscription.Spec, result: v.Result, bits: v.Charged(),
 		subID: r.SubscriptionID, detail: v.Detail(), rates: []rateSlot{slot, subSlot},
 	})
+}
+
+// refusePush refuses a Reader's push with e: audited with the line that
+// carried it, counted, and answered with detail. The refusal counts in
+// its subscription's figures only if the subscription exists: a Reader
+// cannot add rows or metric labels with ids of its own.
+func (g *Gateway) refusePush(reader string, r runtime.Response, e *bcp.Error, detail string, line []byte, reply *session.PendingReply) {
+	ev := store.Event{Kind: "refused", Agent: reader, Peer: r.Controller, Code: string(e.Code), Detail: e.Error(), Ref: r.SubscriptionID,
+		Payload: store.ClipPayload(line)}
+	if g.set.Load().Subscription(r.Controller, reader, r.SubscriptionID) != nil {
+		ev.Subscription = r.SubscriptionID
+	}
+	g.event(ev)
+	g.metrics.publish("refused", e)
+	g.metrics.subscriptionFigure(ev)
+	reply.Send(runtime.ValidationResult{Type: runtime.TypeValidationResult, SubscriptionID: r.SubscriptionID, Detail: detail})
 }
 
 // answer handles a Reader's answer to a query (PROTOCOL.md section 5,
@@ -147,6 +159,9 @@ func (g *Gateway) admit(reply *session.PendingReply, a admitted) {
 	}
 	now := g.now()
 	ev := store.Event{Time: now, Kind: kind, Agent: reader, Peer: controller, Detail: a.detail, Category: int(a.spec.Category), Bits: a.bits}
+	if a.query == nil {
+		ev.Subscription = a.subID // counted in its figures
+	}
 	// undo gives back the charge of a push the store could not keep: it
 	// was never accepted. (A query's charge stays: the query was sent.)
 	undo := func(err error) {
@@ -192,6 +207,7 @@ func (g *Gateway) admit(reply *session.PendingReply, a admitted) {
 			}
 			g.outbox.enqueue(d)
 			g.counted(a, "delivered", nil)
+			g.metrics.subscriptionFigure(ev)
 			verdict.Success, verdict.Detail = true, a.detail
 			reply.Send(verdict)
 		})
@@ -217,6 +233,7 @@ func (g *Gateway) admit(reply *session.PendingReply, a admitted) {
 		g.held[item.ID] = heldItem{reader: a.sess, query: a.query}
 		g.mu.Unlock()
 		g.counted(a, "held", nil)
+		g.metrics.subscriptionFigure(ev)
 		g.log.Info("approval item waiting for an operator", "id", item.ID, "from", reader, "to", controller, "what", itemSubject(item),
 			"expires", item.ExpiresAt.Format(time.RFC3339), "decide", g.command("approvals"))
 		// The verdict comes when an operator decides; until then later

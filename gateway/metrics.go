@@ -32,6 +32,9 @@ type Metrics struct {
 	crashes    *prometheus.CounterVec
 	restarts   *prometheus.CounterVec
 	throttles  *prometheus.CounterVec
+	subPushes  *prometheus.CounterVec
+	subBits    *prometheus.CounterVec
+	subRefused *prometheus.CounterVec
 	reloads    *prometheus.CounterVec
 	egressConn *prometheus.CounterVec
 	egressData *prometheus.CounterVec
@@ -98,6 +101,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "bcpgw_session_throttles_total",
 			Help: "Times a runtime was slowed for writing more lines than its flood limit (one per throttle episode), by agent.",
 		}, []string{"agent"}),
+		subPushes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bcpgw_subscription_pushes_total",
+			Help: "Pushes on each subscription by outcome: accepted (stored for delivery), held (for an operator), filtered (kept from the Controller by the subscription's filter), refused, delivered (acknowledged by the Controller). Only subscriptions of the definitions in force (or approved at run time) are labels.",
+		}, []string{"controller", "reader", "subscription", "outcome"}),
+		subBits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bcpgw_subscription_bits_total",
+			Help: "Bits charged for the pushes accepted on each subscription.",
+		}, []string{"controller", "reader", "subscription"}),
+		subRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bcpgw_subscription_refusals_total",
+			Help: "Pushes refused on each subscription, by error code.",
+		}, []string{"controller", "reader", "subscription", "code"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bcpgw_reloads_total",
 			Help: "Definition reloads by outcome: ok, or failed (the running set stayed in force).",
@@ -137,7 +152,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m.notify = notify.NewMetrics(reg)
 	reg.MustRegister(m.publishes, m.queries, m.answers, m.refusals, m.bits, m.decisions, m.deliveries, m.latency,
-		m.crashes, m.restarts, m.throttles, m.reloads, m.egressConn, m.egressData, scrapeCollector{m})
+		m.crashes, m.restarts, m.throttles, m.subPushes, m.subBits, m.subRefused, m.reloads, m.egressConn, m.egressData, scrapeCollector{m})
 	return m
 }
 
@@ -284,6 +299,27 @@ func (m *Metrics) Egress(r egress.Record) {
 type countingAuditor struct {
 	next Auditor
 	m    *Metrics
+}
+
+// subscriptionFigure counts a tagged event (store.FigureOf) for its
+// subscription, as the store counts it in the figures of bcpgw report.
+// The gateway tags only subscriptions that exist, so the labels are
+// bounded by the definitions (and approved requests).
+func (m *Metrics) subscriptionFigure(e store.Event) {
+	if m == nil {
+		return
+	}
+	controller, reader, outcome, ok := store.FigureOf(e)
+	if !ok {
+		return
+	}
+	m.subPushes.WithLabelValues(controller, reader, e.Subscription, outcome).Inc()
+	switch outcome {
+	case "accepted", "held":
+		m.subBits.WithLabelValues(controller, reader, e.Subscription).Add(e.Bits)
+	case "refused":
+		m.subRefused.WithLabelValues(controller, reader, e.Subscription, e.Code).Inc()
+	}
 }
 
 func (a countingAuditor) Audit(e store.Event) {

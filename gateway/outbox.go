@@ -255,7 +255,9 @@ func (g *Gateway) delivered(c *courier, d store.Delivery, unmarked *store.Event)
 	g.metrics.delivered(d, g.now())
 	g.backlog.done(d)
 	acked := store.Event{Time: g.now(), Kind: "delivery_acked", Agent: d.Controller, Peer: d.Reader,
-		Detail: fmt.Sprintf("%s acknowledged delivery %s", d.Controller, d.ID), Category: int(d.Category), Bits: d.Bits}
+		Detail: fmt.Sprintf("%s acknowledged delivery %s", d.Controller, d.ID), Category: int(d.Category), Bits: d.Bits,
+		Subscription: d.SubscriptionID}
+	g.metrics.subscriptionFigure(acked)
 	if unmarked != nil {
 		g.cfg.Store.FinishSent(d.ID, store.DeliveryDelivered, "", g.now(), *unmarked, acked)
 	} else {

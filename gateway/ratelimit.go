@@ -153,9 +153,7 @@ func (g *Gateway) pushRate(s *session.Session, line []byte, r runtime.Response, 
 	}
 	slot, e := g.rates.reserve(set.Link(r.Controller, s.Name()), sub.Spec.Category, g.now())
 	if e != nil {
-		g.refused(s.Name(), r.Controller, e, line, r.SubscriptionID)
-		g.metrics.publish("refused", e)
-		reply.Send(runtime.ValidationResult{Type: runtime.TypeValidationResult, SubscriptionID: r.SubscriptionID, Detail: e.Error()})
+		g.refusePush(s.Name(), r, e, e.Error(), line, reply)
 		return rateSlot{}, false
 	}
 	return slot, true

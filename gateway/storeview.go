@@ -92,7 +92,17 @@ func (v storeView) report(ctx context.Context, agent string, controller func(age
 		}
 		controller = func(agent string) bool { return sent[agent] }
 	}
-	r := control.Report{Sessions: []control.SessionExposure{}}
+	figures, err := v.st.SubscriptionFigures(ctx, agent)
+	if err != nil {
+		return control.Report{}, err
+	}
+	r := control.Report{Sessions: []control.SessionExposure{}, Subscriptions: make([]control.SubscriptionFigures, 0, len(figures))}
+	for _, f := range figures {
+		r.Subscriptions = append(r.Subscriptions, control.SubscriptionFigures{
+			Controller: f.Controller, Reader: f.Reader, ID: f.ID, Accepted: f.Accepted, Held: f.Held, Filtered: f.Filtered,
+			Refused: f.Refused, Delivered: f.Delivered, Bits: f.Bits, RefusedBy: f.RefusedBy,
+		})
+	}
 	for _, se := range all {
 		s := control.SessionExposure{Agent: se.Agent, Session: se.Session, StartedAt: se.StartedAt, EndedAt: se.EndedAt,
 			ByCat: map[int]float64{}, Channels: []control.ChannelExposure{}}

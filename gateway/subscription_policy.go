@@ -89,7 +89,7 @@ func (g *Gateway) recordFiltered(reader string, v Verdict, reply replier) {
 	}
 	values, _ := json.Marshal(v.Result.Response) // a normalized response holds JSON values only
 	ev := store.Event{
-		Time: g.now(), Kind: "push_filtered", Agent: reader, Peer: sub.Controller, Ref: sub.ID,
+		Time: g.now(), Kind: "push_filtered", Agent: reader, Peer: sub.Controller, Ref: sub.ID, Subscription: sub.ID,
 		Category: int(sub.Spec.Category), Detail: detail, Payload: values,
 	}
 	answer := runtime.ValidationResult{Type: runtime.TypeValidationResult, SubscriptionID: sub.ID}
@@ -103,6 +103,7 @@ func (g *Gateway) recordFiltered(reader string, v Verdict, reply replier) {
 			return
 		}
 		g.metrics.publish("filtered", nil)
+		g.metrics.subscriptionFigure(ev)
 		answer.Success, answer.Filtered, answer.Detail = true, true, v.Detail()
 		reply.Send(answer)
 	})

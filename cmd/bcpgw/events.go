@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os/signal"
+	"sort"
 	"strings"
 	"syscall"
 
@@ -192,6 +193,9 @@ delivered to it, by channel and category: the BCP audit figure "this
 session was exposed to 47 bits, 6.9 of them Cat-1". A delivery re-sent
 after a crash counts for every session it was sent to.
 
+Then, for each subscription, its pushes by outcome (accepted, held for
+review, delivered, filtered, refused by code) and the bits charged.
+
 When no gateway runs on --state, the report is read from its state file,
 read-only; without the definitions it lists the sessions of the agents
 that were sent something. stderr says so.`,
@@ -217,6 +221,34 @@ that were sent something. stderr says so.`,
 }
 
 func writeReport(w io.Writer, r control.Report) {
+	writeExposure(w, r)
+	if len(r.Subscriptions) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nSubscriptions")
+	for _, f := range r.Subscriptions {
+		fmt.Fprintf(w, "  %s <- %s %s: %d accepted", f.Controller, f.Reader, f.ID, f.Accepted)
+		if f.Held > 0 {
+			fmt.Fprintf(w, " (%d held for review)", f.Held)
+		}
+		fmt.Fprintf(w, ", %d delivered, %d filtered, %d refused", f.Delivered, f.Filtered, f.Refused)
+		if len(f.RefusedBy) > 0 {
+			codes := make([]string, 0, len(f.RefusedBy))
+			for c := range f.RefusedBy {
+				codes = append(codes, c)
+			}
+			sort.Strings(codes)
+			for i, c := range codes {
+				codes[i] = fmt.Sprintf("%s %d", c, f.RefusedBy[c])
+			}
+			fmt.Fprintf(w, " (%s)", strings.Join(codes, ", "))
+		}
+		fmt.Fprintf(w, "; %s charged\n", bcp.FormatBits(f.Bits))
+	}
+}
+
+// writeExposure writes what each Controller session was exposed to.
+func writeExposure(w io.Writer, r control.Report) {
 	if len(r.Sessions) == 0 {
 		fmt.Fprintln(w, "No Controller sessions recorded yet.")
 		return

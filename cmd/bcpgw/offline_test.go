@@ -105,6 +105,9 @@ func TestCLIOfflineReading(t *testing.T) {
 			if len(off.Sessions) == 0 || len(off.Sessions) < len(on.Sessions) {
 				t.Fatalf("report: online %+v, offline %+v", on, off)
 			}
+			if len(off.Subscriptions) == 0 || !reflect.DeepEqual(on.Subscriptions, off.Subscriptions) {
+				t.Errorf("report's subscriptions: online %+v, offline %+v", on.Subscriptions, off.Subscriptions)
+			}
 			for i, s := range on.Sessions {
 				o := off.Sessions[i]
 				if o.EndedAt.IsZero() || o.Agent != s.Agent || o.Session != s.Session || o.Bits != s.Bits || !reflect.DeepEqual(o.Channels, s.Channels) {
@@ -125,7 +128,8 @@ func TestCLIOfflineReading(t *testing.T) {
 	if r := offline("approvals", "list"); !strings.Contains(r.stdout, c.ID) || !strings.HasPrefix(r.stdout, "ID ") {
 		t.Errorf("approvals list offline:\n%s", r)
 	}
-	if r := offline("report"); !strings.Contains(r.stdout, "main ses-") || !strings.Contains(r.stdout, "from researcher") {
+	if r := offline("report"); !strings.Contains(r.stdout, "main ses-") || !strings.Contains(r.stdout, "from researcher") ||
+		!strings.Contains(r.stdout, "\nSubscriptions\n  main <- researcher ") {
 		t.Errorf("report offline:\n%s", r)
 	}
 	if r := offline("report", "--agent", "nosuch"); !strings.Contains(r.stdout, "No Controller sessions recorded yet.") {

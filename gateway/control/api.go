@@ -308,6 +308,24 @@ type ReportParams struct {
 // Reader-originated information that reached it.
 type Report struct {
 	Sessions []SessionExposure `json:"sessions"`
+	// Subscriptions is what each subscription carried, by outcome.
+	Subscriptions []SubscriptionFigures `json:"subscriptions"`
+}
+
+// SubscriptionFigures is what one subscription carried since the figures
+// began: pushes by outcome, refusals by code, and the bits charged.
+type SubscriptionFigures struct {
+	Controller string  `json:"controller"`
+	Reader     string  `json:"reader"`
+	ID         string  `json:"id"`
+	Accepted   int64   `json:"accepted"` // stored for delivery or held for review
+	Held       int64   `json:"held"`     // of those, held for an operator
+	Filtered   int64   `json:"filtered"` // accepted but kept from the Controller by its filter
+	Refused    int64   `json:"refused"`
+	Delivered  int64   `json:"delivered"` // acknowledged by the Controller
+	Bits       float64 `json:"bits"`      // charged for the accepted pushes
+	// RefusedBy counts the refusals by error code.
+	RefusedBy map[string]int64 `json:"refused_by"`
 }
 
 // SessionExposure is what one Controller session was exposed to. A

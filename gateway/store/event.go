@@ -28,6 +28,11 @@ type Event struct {
 	// Payload is the offending input of a refusal, truncated, kept for
 	// forensics.
 	Payload []byte
+	// Subscription, when set, is the subscription (of Peer to Agent, or
+	// of Agent to Peer for a delivery's acknowledgment) the event counts
+	// for in its figures (SubscriptionFigures). It is not stored with the
+	// event.
+	Subscription string
 }
 
 // MaxPayload bounds Event.Payload.
@@ -68,6 +73,9 @@ func insertEvents(tx *wtx, events []Event) error {
 		if _, err := tx.Exec(sqlInsertEvent, millis(e.Time), e.Kind, e.Agent, e.Peer, e.Code, e.Detail,
 			e.Category, e.Bits, e.Ref, payload); err != nil {
 			return fmt.Errorf("insert event: %w", err)
+		}
+		if err := recordFigures(tx, &e); err != nil {
+			return err
 		}
 		if exposureKind(e.Kind) {
 			if err := recordExposure(tx, &e); err != nil {
