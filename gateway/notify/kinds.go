@@ -21,7 +21,8 @@ var Kinds = []string{
 	// Traffic.
 	"publish_accepted", "answer_accepted", "refused",
 	"query_sent", "query_timeout", "query_cancelled",
-	"push_filtered", "approval_queued", "approval_partial", "approval_approved", "approval_rejected", "approval_expired", "approval_dropped",
+	"push_filtered", "push_superseded", "batch_closed", "subscription_approved", "subscription_revoked",
+	"approval_queued", "approval_partial", "approval_approved", "approval_rejected", "approval_expired", "approval_dropped",
 	"delivery_sent", "delivery_retried", "delivery_acked", "delivery_failed", "delivery_parked",
 	"delivery_requeued", "delivery_discarded", "dropped_revoked",
 	"egress_ok", "egress_refused", "egress_failed", "egress_malformed", "egress_busy",
