@@ -1,9 +1,14 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -11,13 +16,12 @@ import (
 // subscription needs two approvals, and `bcpgw approve`, `reject`,
 // `approvals list` and `events` against it.
 //
-// The control socket serves only the gateway's own uid (and root, which
-// the gateway runs as here), so every client of a test is the same
-// operator: an approval is counted, a second one from another process of
-// the same uid is refused and changes nothing, and the count survives a
-// restart. The quorum completed by a second uid is tested at the gateway
-// (gateway/approvals_quorum_test.go), with two operators as the socket
-// records them.
+// Without --operator-group the control socket serves only the gateway's
+// own uid (and root, which the gateway runs as here), so every client is
+// the same operator: an approval is counted, a second one from another
+// process of the same uid is refused and changes nothing, and the count
+// survives a restart (TestCLIApprovalQuorum). With it, a member of the
+// group is a second operator (TestCLIApprovalQuorumOfTwoOperators).
 
 // opQuorumEnv is newOpEnv with the digest subscription's approvals set to
 // policy.
@@ -123,4 +127,79 @@ func TestCLIApprovalQuorum(t *testing.T) {
 	if strings.Join(kinds, " ") != "approval_queued approval_partial approval_rejected" {
 		t.Errorf("approval events of %s: %v", a.ID, kinds)
 	}
+}
+
+// The quorum completed by a second operator through the real binary: a
+// gateway run (as root) with --operator-group serves a member of that
+// group, another uid, whose approval is the second one the digest needs.
+// A user outside the group cannot reach the socket.
+func TestCLIApprovalQuorumOfTwoOperators(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root: the second operator is another uid (SysProcAttr.Credential), and --operator-group needs a root gateway")
+	}
+	t.Parallel()
+	const group, second = 4242, 4001
+	g := opQuorumEnv(t, "{required: 2}")
+	g.runArgs = []string{"--operator-group", strconv.Itoa(group)}
+	g.start(opPublishes(false, 1, "q"))
+	a := g.nextPending(map[string]bool{})
+
+	// The second operator runs a copy of bcpgw it can execute.
+	dir, err := os.MkdirTemp("", "quorum")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	theirs := filepath.Join(dir, "bcpgw")
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(theirs, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	as := func(cred *syscall.Credential, args ...string) result {
+		t.Helper()
+		cmd := exec.Command(theirs, append(args, "--state", g.state)...)
+		cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + dir, "BCPGW_STATE="}
+		cmd.Dir = dir
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		var out, errOut strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err := cmd.Run()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return result{stdout: out.String(), stderr: errOut.String(), code: code}
+	}
+	member := &syscall.Credential{Uid: second, Gid: 5000, Groups: []uint32{group}}
+
+	// Someone outside the group: the state directory stops them.
+	if r := as(&syscall.Credential{Uid: 4003, Gid: 5000}, "approvals", "list"); r.code == 0 {
+		t.Errorf("a user outside the operator group listed the queue:\n%s", r)
+	}
+	// The gateway's user approves first; then the member of the group.
+	if r := g.bcpgw("approve", a.ID, "--sha256", a.SHA256); r.code != 0 || !strings.Contains(r.stdout, "1 of 2 approvals") {
+		t.Fatalf("first approve (root): %s", r)
+	}
+	r := as(member, "approve", a.ID, "--sha256", a.SHA256, "--note", "second pair of eyes")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "Approved "+a.ID) || strings.Contains(r.stdout, "not delivered yet") {
+		t.Fatalf("second approve (uid %d): %s\ngateway log:\n%s", second, r, g.stderr.String())
+	}
+	got := g.approval(a.ID)
+	if got.Status != "approved" || len(got.Approvals) != 2 || got.Approvals[0].UID != 0 || got.Approvals[1].UID != second ||
+		got.Approvals[1].Note != "second pair of eyes" {
+		t.Fatalf("after two operators: %+v", got)
+	}
+	opWait(t, "the approved digest delivered to main", func() (bool, string) {
+		ds := g.deliveriesOf(a)
+		return len(ds) == 1, fmt.Sprint(ds)
+	})
 }

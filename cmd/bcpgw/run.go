@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -27,7 +28,7 @@ import (
 )
 
 func newRunCmd() *cobra.Command {
-	var agentsDir, stateDir, logFormat, logLevel, metricsAddr, notifyFile string
+	var agentsDir, stateDir, logFormat, logLevel, metricsAddr, notifyFile, operatorGroup string
 	var approvalTTL, queryTimeout, turnTimeout time.Duration
 	var maxBacklog int
 	retain := retainFlag(store.DefaultRetain)
@@ -69,6 +70,16 @@ query): one that gives no result within it is hung, and is stopped
 (SIGKILL ends even a stopped process), restarted, and sent the turn again.
 Default 15m; a definition's turn_timeout overrides it for its agent. A
 timeout counts as a crash toward the failed state.
+
+--operator-group lets the members of a group (a name or a gid) use the
+control socket besides the gateway's user and root: other operators,
+each recorded as the decider of what they approve, so that an approval
+policy can require distinct people (approvals: {required: 2}). The state
+directory becomes 0710 and the socket 0660, both with that group; the
+state file and the agents' directories stay the gateway user's own. A
+member's process is checked like the gateway user's (not sandboxed, not
+started by the gateway). Only a gateway running as root can check other
+users' processes, so the flag needs one.
 
 --max-backlog bounds the deliveries one Reader may have waiting for one
 Controller (default 1000). Past it, the Reader's pushes to that Controller
@@ -143,6 +154,10 @@ each fs_write DIR/**).`,
 					return &exitError{code: exitFailed, msg: "notify file does not load:\n" + err.Error()}
 				}
 			}
+			gid, err := operatorGID(operatorGroup)
+			if err != nil {
+				return &exitError{code: exitUsage, msg: err.Error()}
+			}
 			// Refuse early, before creating anything, if a gateway
 			// answers on this state directory or its socket path is taken.
 			sock := filepath.Join(stateDir, control.SocketName)
@@ -162,7 +177,7 @@ each fs_write DIR/**).`,
 				return &exitError{code: exitFailed, msg: err.Error()}
 			}
 			defer st.Close()
-			ln, err := control.Listen(sock)
+			ln, err := control.ListenGroup(sock, gid)
 			if err != nil {
 				return &exitError{code: exitFailed, msg: err.Error()}
 			}
@@ -191,7 +206,8 @@ each fs_write DIR/**).`,
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			srv := control.NewServer(control.ServerConfig{Backend: gw.Operator(), Logger: logger.Named("control"), Version: version()})
+			srv := control.NewServer(control.ServerConfig{Backend: gw.Operator(), Logger: logger.Named("control"), Version: version(),
+				OperatorGroup: gid})
 			served := make(chan error, 1)
 			go func() {
 				err := srv.Serve(ctx, ln)
@@ -244,6 +260,7 @@ each fs_write DIR/**).`,
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address (a bare port means 127.0.0.1); off when empty")
 	f.BoolVar(&watch, "watch", true, "reload the definitions when a .md file in --agents changes")
 	f.BoolVar(&allowUnsandboxed, "allow-unsandboxed", false, "run agents whose definition says sandbox: none (refused otherwise)")
+	f.StringVar(&operatorGroup, "operator-group", "", "let the members of this group (a name or a gid) use the control socket as operators too; needs a gateway running as root")
 	f.StringVar(&notifyFile, "notify", os.Getenv("BCPGW_NOTIFY"), "send events to the webhook targets of this file (YAML; read again on every reload; env BCPGW_NOTIFY)")
 	compat.add(f)
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
@@ -350,4 +367,27 @@ func reloadOnSIGHUP(ctx context.Context, gw *gateway.Gateway, hup <-chan os.Sign
 		}
 	}()
 	return done
+}
+
+// operatorGID resolves --operator-group, a group name or a gid, and
+// checks that this gateway can serve it (control.CheckOperatorGroup). An
+// empty flag is no group: 0.
+func operatorGID(group string) (int, error) {
+	if group == "" {
+		return 0, nil
+	}
+	gid, err := strconv.Atoi(group)
+	if err != nil {
+		g, lerr := user.LookupGroup(group)
+		if lerr != nil {
+			return 0, fmt.Errorf("--operator-group: %v", lerr)
+		}
+		if gid, err = strconv.Atoi(g.Gid); err != nil {
+			return 0, fmt.Errorf("--operator-group: group %s has gid %q", group, g.Gid)
+		}
+	}
+	if err := control.CheckOperatorGroup(gid, os.Getuid()); err != nil {
+		return 0, fmt.Errorf("--operator-group: %w", err)
+	}
+	return gid, nil
 }

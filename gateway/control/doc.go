@@ -6,7 +6,10 @@
 // Listen and Server serve a Backend (the gateway implements it); Dial and
 // Client call it.
 //
-// Only the user running the gateway, and root, may connect. The socket is
+// Only the user running the gateway, and root, may connect, and the
+// members of an operator group when the gateway has one
+// (ServerConfig.OperatorGroup, ListenGroup: the directory 0710 and the
+// socket 0660 with that group; a root gateway only). The socket is
 // created 0600, inside a 0700 directory, through a private temporary
 // directory so it is never reachable by anyone else, not even between
 // bind and chmod; then every connection's peer credentials (SO_PEERCRED)

@@ -341,7 +341,7 @@ func startServer(t *testing.T, fb *fakeBackend, cfg ServerConfig) *testServer {
 
 func startServerAt(t *testing.T, path string, fb *fakeBackend, cfg ServerConfig) *testServer {
 	t.Helper()
-	l, err := Listen(path)
+	l, err := ListenGroup(path, cfg.OperatorGroup)
 	if err != nil {
 		t.Fatalf("Listen(%s): %v", path, err)
 	}

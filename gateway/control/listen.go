@@ -30,10 +30,23 @@ var ErrInUse = errors.New("another bcpgw is running with this state directory")
 // that answers means another gateway owns this state directory: ErrInUse.
 // Anything at path that is not a socket is refused and left alone.
 func Listen(path string) (*Listener, error) {
-	if err := PrepareDir(filepath.Dir(path)); err != nil {
+	return ListenGroup(path, 0)
+}
+
+// ListenGroup is Listen for a gateway that serves an operator group as
+// well (ServerConfig.OperatorGroup): with gid above 0, the state
+// directory is made 0710 with group gid, so that members can reach the
+// socket by its name but not list the directory, and the socket 0660
+// with group gid. Everything else in the state directory stays the
+// gateway user's own: the state file is 0600 and the agents' working
+// directories 0700.
+func ListenGroup(path string, gid int) (*Listener, error) {
+	if err := prepareDir(filepath.Dir(path), gid); err != nil {
 		return nil, err
 	}
-	ln, fi, err := sock.Listen(path)
+	k := sock
+	k.Group = gid
+	ln, fi, err := k.Listen(path)
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +83,11 @@ func (l *Listener) Close() error {
 // owned by this user, and is not reachable by group or others (it is
 // tightened to 0700 if it is). Call it before creating anything in dir:
 // a directory another user made could hold symlinks or planted files.
-func PrepareDir(dir string) error {
+func PrepareDir(dir string) error { return prepareDir(dir, 0) }
+
+// prepareDir is PrepareDir, leaving the directory traversable (0710) by
+// group gid when gid is above 0.
+func prepareDir(dir string, gid int) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("state directory: %w", err)
 	}
@@ -83,6 +100,15 @@ func PrepareDir(dir string) error {
 	}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Getuid() {
 		return fmt.Errorf("state directory: %s belongs to uid %d, not to this user (uid %d): use a directory of your own", dir, st.Uid, os.Getuid())
+	}
+	if gid > 0 {
+		if err := os.Chown(dir, -1, gid); err != nil {
+			return fmt.Errorf("state directory: give %s group %d: %w", dir, gid, err)
+		}
+		if err := os.Chmod(dir, 0o710); err != nil {
+			return fmt.Errorf("state directory: make %s 0710: %w", dir, err)
+		}
+		return nil
 	}
 	if fi.Mode().Perm()&0o077 != 0 {
 		if err := os.Chmod(dir, 0o700); err != nil {

@@ -96,10 +96,17 @@ func copyFile(t *testing.T, from, to string, perm os.FileMode) {
 // against the socket, and returns its output and pid.
 func runAsNobody(t *testing.T, binary, socket string) (string, int) {
 	t.Helper()
+	return runAs(t, binary, socket, &syscall.Credential{Uid: nobody, Gid: nobody})
+}
+
+// runAs runs the test binary with cred in helper mode against the
+// socket, and returns its output and pid.
+func runAs(t *testing.T, binary, socket string, cred *syscall.Credential) (string, int) {
+	t.Helper()
 	cmd := exec.Command(binary)
 	cmd.Env = []string{helperEnv + "=status", helperSocketEnv + "=" + socket, "PATH=/usr/bin:/bin"}
 	cmd.Dir = "/"
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Run(); err != nil {

@@ -98,6 +98,48 @@ func (pp PeerPolicy) Check(pid int) error {
 	return pp.notDescendant(pid)
 }
 
+// member refuses pid unless it runs as uid and holds group gid, as its
+// primary group or a supplementary one (read from Proc/<pid>/status, the
+// kernel's view, not the peer's claim). The refusal says no more than
+// the uid check would: another user learns nothing of the policy.
+func (pp PeerPolicy) member(pid, uid, gid int) error {
+	pp = pp.withDefaults()
+	refuse := Errorf(CodePermission, "uid %d may not use this control socket: only the gateway's user, root and members of its operator group may", uid)
+	if pid <= 0 {
+		return refuse
+	}
+	status, err := os.ReadFile(filepath.Join(pp.Proc, strconv.Itoa(pid), "status"))
+	if err != nil {
+		return refuse
+	}
+	want := strconv.Itoa(gid)
+	uidOK, member := false, false
+	for _, line := range strings.Split(string(status), "\n") {
+		key, value, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		fields := strings.Fields(value)
+		switch key {
+		case "Uid": // real, effective, saved, filesystem: all of them
+			uidOK = len(fields) == 4
+			for _, f := range fields {
+				uidOK = uidOK && f == strconv.Itoa(uid)
+			}
+		case "Gid": // the effective group counts
+			member = member || len(fields) > 1 && fields[1] == want
+		case "Groups":
+			for _, f := range fields {
+				member = member || f == want
+			}
+		}
+	}
+	if !uidOK || !member {
+		return refuse
+	}
+	return nil
+}
+
 // sameNamespace refuses pid if it is not in the gateway's namespace of
 // kind ns. Namespaces are compared by the links' targets ("user:[4026531837]"),
 // which name the namespace's inode.

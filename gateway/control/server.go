@@ -54,6 +54,7 @@ type Backend interface {
 	// Refused records a connection refused for its credentials.
 	Refused(p Peer, why string)
 	DeliveriesBackend
+	SubscriptionsBackend
 	// Backup writes a copy of the state file to p.Path.
 	Backup(ctx context.Context, by Peer, p BackupParams) (BackupResult, error)
 }
@@ -88,6 +89,30 @@ type ServerConfig struct {
 	// gateway's policy (os.Getpid(), /proc); tests set GatewayPID to
 	// another process so that their own children may connect.
 	PeerPolicy PeerPolicy
+	// OperatorGroup, when above 0, is a group whose members may use the
+	// socket too (bcpgw run --operator-group): other operators, so that
+	// an approval policy can require distinct deciders. A member is
+	// checked like the gateway's own user (PeerPolicy), and must hold the
+	// group as its primary or a supplementary group. Listen the socket
+	// with ListenConfig.Group set to the same group, or members cannot
+	// reach it. Only a gateway running as root can check another user's
+	// process (its namespaces), so NewServer's caller must refuse the
+	// setting otherwise (CheckOperatorGroup).
+	OperatorGroup int
+}
+
+// CheckOperatorGroup says whether a gateway running as uid self can serve
+// the members of group gid: it must run as root (only root can read
+// another user's namespaces, which the peer policy compares), and gid
+// must not be root's group.
+func CheckOperatorGroup(gid, self int) error {
+	switch {
+	case gid <= 0:
+		return fmt.Errorf("operator group %d: give a group other than root's (gid 0)", gid)
+	case self != 0:
+		return fmt.Errorf("operator group %d: only a gateway running as root can check other users' processes before it trusts them; run bcpgw as root, or decide as the gateway's user", gid)
+	}
+	return nil
 }
 
 // The defaults of ServerConfig's timeouts (see the package doc).
@@ -106,9 +131,10 @@ const (
 
 // Server answers JSON-RPC 2.0 requests, one JSON object per line, on the
 // control socket. Each connection is checked with its peer credentials
-// first: only the gateway's own uid and root may use it, and then only
-// from a process that is neither the gateway's descendant nor in another
-// user or pid namespace (PeerPolicy).
+// first: only the gateway's own uid, root and the members of its operator
+// group (if it has one) may use it, and then only from a process that is
+// neither the gateway's descendant nor in another user or pid namespace
+// (PeerPolicy).
 //
 // No set of connections can lock an operator out. A connection is idle
 // when it has sent nothing since its last request was answered (or since
@@ -133,9 +159,8 @@ const (
 // and a reserve can be filled by idle connections until they time out.
 // Together an operator's command finds a slot unless ReservedConns
 // requests are being answered at that very moment, which ends as they
-// do. Only clients of the gateway's own user (or root) can connect at
-// all: this guards against a leaking script or a stuck client, not a
-// stranger.
+// do. Only the gateway's operators can connect at all: this guards
+// against a leaking script or a stuck client, not a stranger.
 type Server struct {
 	cfg     ServerConfig
 	log     hclog.Logger
@@ -279,10 +304,21 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
 	peer, err := peerCred(c)
 	if err != nil {
 		peer = Peer{UID: -1, GID: -1} // unknown: refused
-	} else if err = Authorize(peer, s.uid); err == nil {
+	} else if err = Authorize(peer, s.uid); err == nil || s.cfg.OperatorGroup > 0 {
 		// The uid first: another user learns nothing from the policy's
-		// reasons. Then the process: a runtime has the gateway's uid.
-		err = checkPeerProcess(c, peer.PID, s.cfg.PeerPolicy.Check)
+		// reasons. Then the process: a runtime has the gateway's uid. A
+		// user who is neither must hold the operator group; the process
+		// is held (its pidfd) while its groups are read, so its pid
+		// cannot be another's by then.
+		member := err != nil
+		err = checkPeerProcess(c, peer.PID, func(pid int) error {
+			if member {
+				if err := s.cfg.PeerPolicy.member(pid, peer.UID, s.cfg.OperatorGroup); err != nil {
+					return err
+				}
+			}
+			return s.cfg.PeerPolicy.Check(pid)
+		})
 	}
 	if err != nil {
 		s.log.Warn("control connection refused", "uid", peer.UID, "pid", peer.PID, "error", err)
@@ -740,6 +776,9 @@ func (cc *conn) call(req *request) (result any, after func(), err error) {
 		return result, nil, err
 	case MethodDeliveriesList, MethodDeliveriesRetry, MethodDeliveriesDiscard:
 		result, err := cc.deliveriesCall(req)
+		return result, nil, err
+	case MethodSubscriptionsList, MethodSubscriptionsRevoke:
+		result, err := cc.subscriptionsCall(req)
 		return result, nil, err
 	case MethodApprovalsGet:
 		var p IDParams

@@ -370,7 +370,21 @@ func TestMaxConns(t *testing.T) {
 		t.Fatalf("first connection after the refusal: %v", err)
 	}
 
-	// Now idle, it gives its slot to a new connection, and hears why.
+	// Now idle, it gives its slot to a new connection, and hears why. (Its
+	// answer reaches it just before the server counts it answered.)
+	testproc.Eventually(t, "the first connection to be idle", func() bool {
+		ts.srv.mu.Lock()
+		defer ts.srv.mu.Unlock()
+		for c := range ts.srv.conns {
+			c.mu.Lock()
+			busy := c.inFlight > 0 || c.following > 0
+			c.mu.Unlock()
+			if busy {
+				return false
+			}
+		}
+		return true
+	})
 	third := dial(t, ts.path)
 	if _, err := third.Status(callCtx(t)); err != nil {
 		t.Fatalf("a new connection while the only slot is idle: %v", err)

@@ -40,6 +40,11 @@ type Kind struct {
 	// limited to about 104 bytes, and the temporary one is len(TempPrefix)
 	// plus about 12 bytes longer than the final one.
 	TempPrefix string
+	// Group, when above 0, is a group whose members may connect too: the
+	// socket is made 0660 and given that group, in the private directory,
+	// before it is renamed into place. (The directory holding path must
+	// let them through as well.)
+	Group int
 }
 
 // testHookBound, if set, is called with the bound socket's temporary
@@ -72,7 +77,15 @@ func (k Kind) Listen(path string) (*net.UnixListener, fs.FileInfo, error) {
 	if testHookBound != nil {
 		testHookBound(bound)
 	}
-	if err := os.Chmod(bound, 0o600); err != nil {
+	mode := os.FileMode(0o600)
+	if k.Group > 0 {
+		mode = 0o660
+		if err := os.Lchown(bound, -1, k.Group); err != nil {
+			ln.Close()
+			return nil, nil, fmt.Errorf("%s: give it group %d: %w", k.Name, k.Group, err)
+		}
+	}
+	if err := os.Chmod(bound, mode); err != nil {
 		ln.Close()
 		return nil, nil, fmt.Errorf("%s: %w", k.Name, err)
 	}
