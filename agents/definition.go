@@ -18,6 +18,10 @@ const (
 	ToolQuery   = "BCPQuery"   // a Controller may send bcp_query_request
 	ToolRespond = "BCPRespond" // a Reader may answer queries
 	ToolPublish = "BCPPublish" // a Reader may publish to subscriptions
+	// ToolSubscribe lets a Controller ask at run time for a subscription
+	// of its own (bcp_subscribe_request); it exists only once an operator
+	// approves it (see Set.WithSubscriptions).
+	ToolSubscribe = "BCPSubscribe"
 )
 
 // DefaultIdleTimeout applies when a definition sets no idle_timeout.
@@ -314,6 +318,10 @@ type Subscription struct {
 	// Approvals is how its approval items are decided (approvals), as
 	// written: unset fields take the channel's (Link.Approvals).
 	Approvals ApprovalPolicy
+	// Approved is set on a subscription a Controller asked for at run
+	// time (BCPSubscribe) and an operator approved: it is in no
+	// definition file, and lives in the gateway's store until revoked.
+	Approved bool
 
 	path string // e.g. "bcp_channels[0].subscriptions[1]"
 }

@@ -418,8 +418,8 @@ func (s *Set) warn() {
 	w := func(x *Warning) { s.Warnings = append(s.Warnings, x) }
 	for _, d := range s.Agents {
 		for _, t := range d.Tools {
-			if strings.HasPrefix(strings.ToUpper(t), "BCP") && t != ToolQuery && t != ToolRespond && t != ToolPublish {
-				w(d.warnf("tools", "%q is not a BCP tool (BCPQuery, BCPRespond, BCPPublish); it grants no protocol right", t))
+			if strings.HasPrefix(strings.ToUpper(t), "BCP") && t != ToolQuery && t != ToolRespond && t != ToolPublish && t != ToolSubscribe {
+				w(d.warnf("tools", "%q is not a BCP tool (BCPQuery, BCPRespond, BCPPublish, BCPSubscribe); it grants no protocol right", t))
 			}
 		}
 		// A Controller that only receives pushes needs no BCPQuery, and
@@ -437,6 +437,9 @@ func (s *Set) warn() {
 			case queries && c.MaxCategory >= bcp.Cat2 && c.MaxCat2Queries == 0:
 				w(d.warnf(chanPath(c, "max_category"), "max_category %d allows Cat-2 but max_cat2_queries is 0: Cat-2 queries to %s will be refused", c.MaxCategory, c.Peer))
 			}
+		}
+		if d.HasTool(ToolSubscribe) && !d.holds(RoleController) {
+			w(d.warnf("tools", "%s holds %s but controls no channel: it has no Reader to ask a subscription of", d.Name, ToolSubscribe))
 		}
 		if n := len(s.SubscriptionsFor(d.Name)); n > 0 && !d.HasTool(ToolPublish) {
 			w(d.warnf("tools", "%d subscription(s) target %s but it lacks the %s tool: it cannot publish to them", n, d.Name, ToolPublish))

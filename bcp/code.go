@@ -32,6 +32,9 @@ const (
 	// Reader's deliveries still to acknowledge (bcpgw run --max-backlog).
 	// Nothing was charged; the push may be sent again later.
 	BacklogFull Code = "backlog_full"
+	// SubscribeLimit is bcpgw's own: a Controller already has the most
+	// subscription requests (BCPSubscribe) an operator has yet to decide.
+	SubscribeLimit Code = "subscribe_limit"
 )
 
 // Codes lists every code, in the protocol's order.
@@ -39,7 +42,7 @@ var Codes = []Code{
 	SubscriptionNotFound, ValidationFailed, BudgetExhausted, ApprovalRejected,
 	ApprovalExpired, ControllerUnavailable, NoChannel, CategoryNotAllowed,
 	QueryLimit, QueryNotFound, QueryTimeout, ToolNotAllowed, ProtocolError,
-	RateLimited, BacklogFull,
+	RateLimited, BacklogFull, SubscribeLimit,
 }
 
 // Error is a refusal: a code for programs and a detail for people.

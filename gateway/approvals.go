@@ -66,6 +66,9 @@ func (g *Gateway) Approve(ctx context.Context, id, sha256 string, by store.Decid
 	if err != nil {
 		return nil, err
 	}
+	if item.Kind == store.KindSubscription {
+		return g.approveSubscription(ctx, item, sha256, by, note)
+	}
 	// A revoked item is dropped, but only by the approval of a reviewer
 	// who saw it, and while it could still have been approved; otherwise
 	// Decide says why not.
@@ -107,7 +110,10 @@ func (g *Gateway) Reject(ctx context.Context, id, sha256 string, by store.Decide
 		return a, err
 	}
 	what := "Publish"
-	if a.QueryID != "" {
+	switch {
+	case a.Kind == store.KindSubscription:
+		what = "Subscription request"
+	case a.QueryID != "":
 		what = "Answer"
 	}
 	g.log.Info("approval item rejected", "id", a.ID, "by", by.String(), "reason", reason)
@@ -197,6 +203,10 @@ func holdFor(item *store.Approval, link *agents.Link, defaultTTL time.Duration) 
 // that asked.
 func (g *Gateway) closeHeld(a *store.Approval, refusal *bcp.Error) {
 	g.metrics.decided(a, g.now())
+	if a.Kind == store.KindSubscription { // the Controller asked, not a Reader
+		g.subscriptionDecided(a, refusal)
+		return
+	}
 	g.mu.Lock()
 	h, ok := g.held[a.ID]
 	delete(g.held, a.ID)

@@ -73,7 +73,7 @@ type e2e struct {
 }
 
 // testrtVars are the TESTRT_* variables every agent's env names.
-var testrtVars = []string{"LOG", "PUBLISH", "ANSWERS", "ANSWER_ALL", "SILENT", "QUERIES", "CRASH_AT", "DELAY"}
+var testrtVars = []string{"LOG", "PUBLISH", "ANSWERS", "ANSWER_ALL", "SILENT", "QUERIES", "CRASH_AT", "DELAY", "SUBSCRIBE", "PUBLISH_NEW"}
 
 // startE2E writes the agents' definitions, loads them as a set, and runs a
 // Gateway on them with a store in a temp dir. The gateway stops at the

@@ -82,11 +82,15 @@ type Gateway struct {
 	log     hclog.Logger
 	audit   Auditor
 	sv      *session.Supervisor
-	set     atomic.Pointer[agents.Set] // the definitions in force
+	set     atomic.Pointer[agents.Set] // the definitions in force, with the approved subscriptions
 	sched   *scheduler
 	metrics *Metrics    // may be nil
 	rates   rateLimiter // channel rate limits (ratelimit.go)
 	backlog *backlog    // pending deliveries by pair (backlog.go)
+
+	// defs is the definitions as loaded, without the approved
+	// subscriptions (subscribe.go); written under reloadMu.
+	defs atomic.Pointer[agents.Set]
 
 	reloadMu sync.Mutex // one reload at a time
 
@@ -94,6 +98,11 @@ type Gateway struct {
 	budgets *budgets
 	queries map[string]*pendingQuery
 	held    map[string]heldItem // by approval id
+	// subReqs counts each Controller's subscription requests waiting for
+	// an operator; live is each agent's latest session, which hears the
+	// decisions on its requests (subscribe.go).
+	subReqs map[string]int
+	live    map[string]*session.Session
 
 	outbox   *outbox
 	egress   *egressProxies
@@ -137,10 +146,13 @@ func New(cfg Config) (*Gateway, error) {
 		budgets: newBudgets(),
 		queries: map[string]*pendingQuery{},
 		held:    map[string]heldItem{},
+		subReqs: map[string]int{},
+		live:    map[string]*session.Session{},
 		running: make(chan struct{}),
 		backlog: newBacklog(cfg.MaxBacklog),
 	}
 	g.set.Store(cfg.Set)
+	g.defs.Store(cfg.Set)
 	if cfg.Metrics != nil {
 		cfg.Metrics.g = g
 	}
@@ -205,6 +217,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 				"list", g.command("deliveries list"))
 		}
 	}
+	if err := g.startApproved(ctx); err != nil {
+		return fmt.Errorf("load approved subscriptions: %w", err)
+	}
 	g.sched.start(ctx, g.set.Load())
 	close(g.running)
 	g.spawn(func() { g.expireLoop(ctx) })
@@ -262,6 +277,7 @@ func (o sessionOwner) Message(s *session.Session, m session.Message) { o.g.onMes
 func (o sessionOwner) Started(s *session.Session) {
 	o.g.mu.Lock()
 	o.g.budgets.started(s)
+	o.g.live[s.Name()] = s
 	o.g.mu.Unlock()
 }
 

@@ -8,8 +8,9 @@ import (
 )
 
 // The BCP messages of runtimes, as the gateway first sees them: decoded,
-// ids checked, and handed to the publish, answer (admit.go) or query
-// (query.go) path; refusals are audited here.
+// ids checked, and handed to the publish, answer (admit.go), query
+// (query.go) or subscription request (subscribe.go) path; refusals are
+// audited here.
 
 // onMessage routes the BCP messages a session let through its rights
 // check (the tool for the message type), decoded once by the session. It
@@ -35,6 +36,8 @@ func (g *Gateway) onMessage(s *session.Session, m session.Message) {
 			return
 		}
 		g.query(s, m.Line(), q, m.SpecErr)
+	case session.SubscribeRequest:
+		g.subscribeRequest(s, m)
 	}
 }
 

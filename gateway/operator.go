@@ -226,6 +226,9 @@ func approvalView(a *store.Approval) control.Approval {
 		DecidedAt: a.DecidedAt, DecidedBy: a.DecidedBy.Name, DecidedPID: a.DecidedBy.PID,
 		Reason: a.Reason, Note: a.Note, Required: a.Required,
 	}
+	if a.Kind == store.KindSubscription {
+		v.Kind, v.RequestID = string(a.Kind), a.RequestID
+	}
 	if v.Anomalies == nil {
 		v.Anomalies = []bcp.Anomaly{}
 	}

@@ -121,6 +121,13 @@ func (g *Gateway) Reload(ctx context.Context, by string) (Reloaded, error) {
 	for _, w := range set.Warnings {
 		g.log.Warn("definition warning", "warning", w.String())
 	}
+	// Routing uses the definitions plus the approved subscriptions that
+	// still fit them; the others are revoked (subscribe.go).
+	defs := set
+	if set, err = g.withApproved(g.ctx, defs, "reload by "+by); err != nil {
+		return Reloaded{}, fmt.Errorf("reload: %w", err)
+	}
+	g.defs.Store(defs)
 	// From here on the set is applied whole: a client that hangs up must
 	// not leave the supervisor on the new set and routing on the old one.
 	// Only the gateway's own end stops it.

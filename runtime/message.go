@@ -17,6 +17,7 @@ const (
 	TypeQueryError          = "bcp_query_error"
 	TypeValidationResult    = "bcp_validation_result"
 	TypeResponseDelivery    = "bcp_response_delivery"
+	TypeSubscribeResult     = "bcp_subscribe_result"
 	TypeInterrupt           = "interrupt"
 	TypeShutdown            = "shutdown"
 )
@@ -34,6 +35,10 @@ const (
 	TypeInterrupted  = "interrupted"
 	TypeQueryRequest = "bcp_query_request"
 	TypeResponse     = "bcp_response"
+	// TypeSubscribeRequest is a Controller asking for a subscription at
+	// run time (needs BCPSubscribe); the gateway answers it with
+	// bcp_subscribe_result.
+	TypeSubscribeRequest = "bcp_subscribe_request"
 )
 
 // Start is the first message to a runtime.
@@ -125,6 +130,13 @@ type ValidationResult struct {
 	// its subscription's filter kept it from the Controller: it was
 	// recorded, not delivered and not charged.
 	Filtered bool `json:"filtered,omitempty"`
+	// Superseded (new) names the earlier push of the same debounce key
+	// that this accepted push replaced before it reached the Controller:
+	// that one will not be delivered, and its charge was given back.
+	Superseded string `json:"superseded,omitempty"`
+	// Batch (new) is the batch delivery an accepted push of a batched
+	// subscription waits in: it reaches the Controller with the others.
+	Batch string `json:"batch,omitempty"`
 }
 
 // ResponseDelivery brings validated data to a Controller as its next turn.
@@ -143,6 +155,19 @@ type ResponseDelivery struct {
 	Anomalies      []bcp.Anomaly   `json:"anomalies,omitempty"`   // new
 	Redelivered    bool            `json:"redelivered,omitempty"` // new
 	Prompt         string          `json:"prompt,omitempty"`      // new
+	// Items (new) is set on a batch: the pushes it holds, in the order
+	// they were accepted. Response is then the list of their responses,
+	// BandwidthBits their sum, Anomalies theirs with the item's index in
+	// Field ("[2].topic"), DeliveryID the batch's own.
+	Items []DeliveryItem `json:"items,omitempty"`
+}
+
+// DeliveryItem is one push of a batch delivery (new).
+type DeliveryItem struct {
+	DeliveryID    string          `json:"delivery_id"`
+	Response      json.RawMessage `json:"response"`
+	BandwidthBits float64         `json:"bandwidth_bits"`
+	Anomalies     []bcp.Anomaly   `json:"anomalies,omitempty"`
 }
 
 // Interrupt asks a runtime to stop its current turn.
@@ -274,6 +299,52 @@ type Response struct {
 	SubscriptionID string          `json:"subscription_id,omitempty"`
 	Controller     string          `json:"controller,omitempty"`
 	Response       json.RawMessage `json:"response"`
+}
+
+// SubscribeRequest is a Controller's request for a new subscription at
+// run time (new; needs BCPSubscribe): what its Reader To may push, in
+// Category, shaped by Spec (fields | questions | directive, max_words; a
+// query's context has no place here). The gateway chooses the
+// subscription's id; an operator decides.
+type SubscribeRequest struct {
+	Type      string       `json:"type"`
+	RequestID string       `json:"request_id"`
+	To        string       `json:"to"`
+	Category  bcp.Category `json:"category"`
+	Spec      QuerySpec    `json:"spec"`
+}
+
+// The statuses of a bcp_subscribe_result.
+const (
+	// SubscribePending: the request waits for an operator (ApprovalID);
+	// a second result follows when it is decided.
+	SubscribePending = "pending"
+	// SubscribeApproved: the subscription SubscriptionID is active; its
+	// Reader has been told.
+	SubscribeApproved = "approved"
+	// SubscribeRejected: refused by the gateway at once, rejected by an
+	// operator, or expired; Reason starts with an error code.
+	SubscribeRejected = "rejected"
+	// SubscribeRevoked: an approved subscription was withdrawn (by an
+	// operator, or by a reload whose definitions it no longer fits).
+	SubscribeRevoked = "revoked"
+)
+
+// SubscribeResult tells a Controller what became of its
+// bcp_subscribe_request (new): at once pending or rejected, later
+// approved, rejected, and, for an approved one, revoked. RequestID echoes
+// the request; SubscriptionID is the gateway's id of the subscription
+// (set from pending on), the one its deliveries carry.
+type SubscribeResult struct {
+	Type           string       `json:"type"`
+	RequestID      string       `json:"request_id"`
+	Status         string       `json:"status"`
+	SubscriptionID string       `json:"subscription_id,omitempty"`
+	ApprovalID     string       `json:"approval_id,omitempty"`
+	ToAgent        string       `json:"to_agent"`
+	Category       bcp.Category `json:"category,omitempty"`
+	BandwidthBits  float64      `json:"bandwidth_bits,omitempty"`
+	Reason         string       `json:"reason,omitempty"`
 }
 
 // IDRule is what every id a runtime sends must look like. Agent names,

@@ -35,6 +35,11 @@ type Handler struct {
 	// the query was sent (query_timeout; an answer an operator rejected).
 	// It runs on the SDK's reading goroutine and must not block.
 	QueryFailed func(c *Client, e QueryError)
+	// SubscribeResult, if set, receives the bcp_subscribe_results that
+	// arrive after Subscribe returned: an operator's approval or
+	// rejection, an expiry, a revocation. It runs on the SDK's reading
+	// goroutine and must not block.
+	SubscribeResult func(c *Client, r SubscribeResult)
 	// Applied, if set, reports whether a delivery id was already applied
 	// by an earlier process of this runtime. The SDK remembers the ids of
 	// its own process; a runtime that keeps state across restarts (the
@@ -209,6 +214,56 @@ func (c *Client) Query(ctx context.Context, q QueryRequest) (QuerySent, error) {
 		return QuerySent{}, ctx.Err()
 	}
 }
+
+// SubscribeRefused is the error Client.Subscribe returns when the gateway
+// refuses the request at once. Reason starts with an error code.
+type SubscribeRefused struct{ Reason string }
+
+func (e *SubscribeRefused) Error() string { return "subscription request refused: " + e.Reason }
+
+// Subscribe asks for a new subscription at run time (BCPSubscribe). It
+// returns the first answer: pending (the request waits for an operator;
+// the result has the subscription's id) or a refusal (*SubscribeRefused).
+// The decision arrives later through Handler.SubscribeResult.
+func (c *Client) Subscribe(ctx context.Context, r SubscribeRequest) (SubscribeResult, error) {
+	r.Type = TypeSubscribeRequest
+	if r.RequestID == "" {
+		return SubscribeResult{}, errors.New("subscribe needs a request_id")
+	}
+	key := subscribeKey(r.RequestID)
+	ch := make(chan any, 1)
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return SubscribeResult{}, ErrClosed
+	}
+	c.requests[key] = ch
+	err := c.enc.Encode(r)
+	c.mu.Unlock()
+	if err != nil {
+		return SubscribeResult{}, err
+	}
+	select {
+	case v, ok := <-ch:
+		if !ok {
+			return SubscribeResult{}, ErrClosed
+		}
+		res := v.(SubscribeResult)
+		if res.Status == SubscribeRejected {
+			return res, &SubscribeRefused{Reason: res.Reason}
+		}
+		return res, nil
+	case <-ctx.Done():
+		c.mu.Lock()
+		delete(c.requests, key)
+		c.mu.Unlock()
+		return SubscribeResult{}, ctx.Err()
+	}
+}
+
+// subscribeKey keeps subscription requests apart from queries in
+// Client.requests: a Controller may use one request_id for both.
+func subscribeKey(requestID string) string { return "subscribe:" + requestID }
 
 // Log sends a structured log line to the gateway's audit log.
 func (c *Client) Log(level, message string) error {
@@ -401,6 +456,11 @@ func Run(ctx context.Context, in io.Reader, out io.Writer, h Handler) error {
 				var m QueryError
 				if env.Decode(&m) == nil && !c.answer(m.RequestID, m) && h.QueryFailed != nil {
 					h.QueryFailed(c, m)
+				}
+			case TypeSubscribeResult:
+				var m SubscribeResult
+				if env.Decode(&m) == nil && !c.answer(subscribeKey(m.RequestID), m) && h.SubscribeResult != nil {
+					h.SubscribeResult(c, m)
 				}
 			case TypeInterrupt:
 				imu.Lock()

@@ -140,6 +140,13 @@ func DecodeQueryRequest(line []byte) (QueryRequest, error) {
 	return q, nil
 }
 
+// DecodeSubscribeRequest decodes a bcp_subscribe_request line, its spec
+// as strictly as a query's (see DecodeQueryRequest for the errors).
+func DecodeSubscribeRequest(line []byte) (SubscribeRequest, error) {
+	q, err := DecodeQueryRequest(line)
+	return SubscribeRequest{Type: q.Type, RequestID: q.RequestID, To: q.To, Category: q.Category, Spec: q.Spec}, err
+}
+
 // SpecError is a query spec the strict decoding refused. Each problem's
 // path is relative to the spec and spelled as the sender spelled it.
 type SpecError struct {

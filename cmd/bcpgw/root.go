@@ -38,7 +38,7 @@ bandwidth-limited BCP channels declared in agent definitions.`,
 	}
 	root.AddCommand(newValidateCmd(), newCheckCmd(), newRunCmd(),
 		newStatusCmd(), newAgentsCmd(), newPromptCmd(), newApprovalsCmd(), newApproveCmd(), newRejectCmd(),
-		newEventsCmd(), newDeliveriesCmd(), newBackupCmd(), newReportCmd(), newReloadCmd(), newDoctorCmd(), newNotifyCmd())
+		newEventsCmd(), newDeliveriesCmd(), newSubscriptionsCmd(), newBackupCmd(), newReportCmd(), newReloadCmd(), newDoctorCmd(), newNotifyCmd())
 	addVersion(root)
 	addCompletions(root)
 	return root

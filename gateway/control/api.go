@@ -158,6 +158,13 @@ type Approval struct {
 	DecidedPID     int             `json:"decided_pid,omitempty"` // 0 when not known (the gateway's own decisions)
 	Reason         string          `json:"reason,omitempty"`
 	Note           string          `json:"note,omitempty"`
+	// Kind is "subscription" for a Controller's request for a
+	// subscription (BCPSubscribe): Response is then the spec it asks
+	// for, SubscriptionID the id it gets once approved, BandwidthBits its
+	// cost per push, and approving it adds the subscription instead of
+	// delivering anything. Empty for a push or an answer.
+	Kind      string `json:"kind,omitempty"`
+	RequestID string `json:"request_id,omitempty"` // the Controller's request (Kind subscription)
 	// Required is how many approvals from distinct operators (uids)
 	// release the item, fixed when it was queued; absent means 1.
 	Required int `json:"required,omitempty"`
@@ -167,6 +174,10 @@ type Approval struct {
 	// one needed.
 	Approvals []Approver `json:"approvals,omitempty"`
 }
+
+// KindSubscription is the Kind of an approval item that is a
+// Controller's request for a subscription.
+const KindSubscription = "subscription"
 
 // Approver is one operator's approval of an item, counted towards its
 // Required: who (as Peer has it, from the socket's peer credentials),

@@ -46,7 +46,8 @@ type SupervisorOwner interface {
 }
 
 // Message is a runtime's BCP message as the session decoded it: a
-// Publish, an Answer or a QueryRequest. The set is closed.
+// Publish, an Answer, a QueryRequest or a SubscribeRequest. The set is
+// closed.
 type Message interface {
 	// Line is the line as the runtime wrote it, for the audit log.
 	Line() []byte
@@ -74,12 +75,22 @@ type QueryRequest struct {
 	line    []byte
 }
 
-func (m Publish) Line() []byte      { return m.line }
-func (m Answer) Line() []byte       { return m.line }
-func (m QueryRequest) Line() []byte { return m.line }
-func (Publish) message()            {}
-func (Answer) message()             {}
-func (QueryRequest) message()       {}
+// SubscribeRequest is a bcp_subscribe_request (needs BCPSubscribe),
+// decoded like a QueryRequest: SpecErr says why its spec was refused.
+type SubscribeRequest struct {
+	Request runtime.SubscribeRequest
+	SpecErr *runtime.SpecError
+	line    []byte
+}
+
+func (m Publish) Line() []byte          { return m.line }
+func (m Answer) Line() []byte           { return m.line }
+func (m QueryRequest) Line() []byte     { return m.line }
+func (m SubscribeRequest) Line() []byte { return m.line }
+func (Publish) message()                {}
+func (Answer) message()                 {}
+func (QueryRequest) message()           {}
+func (SubscribeRequest) message()       {}
 
 // NewPublish, NewAnswer and NewQueryRequest make the messages a session
 // would hand its owner, for owners' tests.
@@ -87,6 +98,11 @@ func NewPublish(r runtime.Response, line []byte) Publish { return Publish{Respon
 func NewAnswer(r runtime.Response, line []byte) Answer   { return Answer{Response: r, line: line} }
 func NewQueryRequest(q runtime.QueryRequest, specErr *runtime.SpecError, line []byte) QueryRequest {
 	return QueryRequest{Request: q, SpecErr: specErr, line: line}
+}
+
+// NewSubscribeRequest makes a SubscribeRequest, for owners' tests.
+func NewSubscribeRequest(r runtime.SubscribeRequest, specErr *runtime.SpecError, line []byte) SubscribeRequest {
+	return SubscribeRequest{Request: r, SpecErr: specErr, line: line}
 }
 
 // logOwner is the owner of sessions started without one (tests, tools):
@@ -102,8 +118,11 @@ func (logOwner) Holds(string, string) bool { return true }
 
 func (logOwner) Message(s *Session, m Message) {
 	typ := runtime.TypeResponse
-	if _, ok := m.(QueryRequest); ok {
+	switch m.(type) {
+	case QueryRequest:
 		typ = runtime.TypeQueryRequest
+	case SubscribeRequest:
+		typ = runtime.TypeSubscribeRequest
 	}
 	s.refuse(bcp.ProtocolError, fmt.Sprintf("%s is not routed by this gateway", typ), m.Line())
 }

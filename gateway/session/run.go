@@ -375,6 +375,23 @@ func (s *Session) handleLine(l *loop, ev lineEvent) {
 			return
 		}
 		s.cfg.Owner.Message(s, QueryRequest{Request: q, SpecErr: specErr, line: env.Raw})
+	case runtime.TypeSubscribeRequest:
+		r, err := runtime.DecodeSubscribeRequest(env.Raw)
+		var specErr *runtime.SpecError
+		if err != nil && !errors.As(err, &specErr) {
+			s.refuse(bcp.ProtocolError, err.Error(), env.Raw)
+			return
+		}
+		if !s.holds(agents.ToolSubscribe) {
+			// A Reader, or a Controller without the tool, never reaches
+			// the approval queue.
+			reason := bcp.Errorf(bcp.ToolNotAllowed, "Agent '%s' does not have the %s tool", s.name, agents.ToolSubscribe).Error()
+			s.audit("refused", bcp.ToolNotAllowed, reason, env.Raw)
+			s.Reply(runtime.SubscribeResult{Type: runtime.TypeSubscribeResult, RequestID: r.RequestID, Status: runtime.SubscribeRejected,
+				ToAgent: r.To, Reason: reason})
+			return
+		}
+		s.cfg.Owner.Message(s, SubscribeRequest{Request: r, SpecErr: specErr, line: env.Raw})
 	case runtime.TypeResponse:
 		var r runtime.Response
 		if err := env.Decode(&r); err != nil {
@@ -510,7 +527,7 @@ func (s *Session) reannounce() {
 	if subs == nil {
 		subs = []runtime.ActiveSubscription{}
 	}
-	s.audit("subscriptions_announced", "", fmt.Sprintf("%d active after a definition reload", len(subs)), nil)
+	s.audit("subscriptions_announced", "", fmt.Sprintf("%d active after a reload or an operator's decision", len(subs)), nil)
 	_ = s.send(runtime.SubscriptionsActive{Type: runtime.TypeSubscriptionsActive, Subscriptions: subs})
 }
 

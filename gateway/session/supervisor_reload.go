@@ -42,6 +42,12 @@ func (sv *Supervisor) Reload(ctx context.Context, set *agents.Set) (Changes, err
 	return ask(ctx, sv, func(reply chan Changes) svMsg { return reloadReq{set: set, reply: reply} })
 }
 
+// StartWith replaces the set Run starts with (SupervisorConfig.Set): the
+// gateway's definitions plus the subscriptions operators approved, which
+// it reads from its store just before Run. Call it before Run, from the
+// goroutine that calls Run; afterwards use Reload.
+func (sv *Supervisor) StartWith(set *agents.Set) { sv.set = set }
+
 // reload applies a new set; it runs on Run's goroutine.
 func (sv *Supervisor) reload(ctx context.Context, all map[string]*agent, set *agents.Set) Changes {
 	var ch Changes

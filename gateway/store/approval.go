@@ -78,7 +78,20 @@ type Approval struct {
 	// them, the last by DecidedBy. A rejection keeps those given before
 	// it.
 	Grants []Grant
+	// Kind is what approving the item does: KindData (empty) delivers
+	// Response; KindSubscription adds the subscription SubscriptionID
+	// whose spec Response is (see RuntimeSubscription).
+	Kind ApprovalKind
 }
+
+// ApprovalKind is what approving an item does.
+type ApprovalKind string
+
+// The kinds of approval items.
+const (
+	KindData         ApprovalKind = ""             // a push or an answer, delivered when approved
+	KindSubscription ApprovalKind = "subscription" // a Controller's request for a subscription (BCPSubscribe)
+)
 
 // Grant is one operator's approval of an item, counted towards its
 // Required.
@@ -106,7 +119,7 @@ func ContentHash(response []byte) string {
 
 const approvalColumns = `seq, id, status, controller, reader, subscription_id, query_id, request_id, category,
 	directive, response, sha256, anomalies, bits, created_at, expires_at, decided_at, decided_by, reason, note,
-	decided_uid, decided_pid, decided_sha256, required, grants`
+	decided_uid, decided_pid, decided_sha256, required, grants, kind`
 
 // AddApproval stores a pending item and its events in one durable commit.
 // It sets a.Seq, a.Status, a.SHA256 and, if empty, a.ID.
@@ -149,6 +162,11 @@ func addApproval(stored *Approval, events []Event) func(*wtx) error {
 		}
 		if stored.Seq, err = res.LastInsertId(); err != nil {
 			return err
+		}
+		if stored.Kind != KindData {
+			if _, err := tx.Exec(`UPDATE approvals SET kind = ? WHERE seq = ?`, string(stored.Kind), stored.Seq); err != nil {
+				return fmt.Errorf("insert approval: %w", err)
+			}
 		}
 		return insertEvents(tx, events)
 	}
@@ -195,7 +213,8 @@ type Decision struct {
 
 // Decide applies d to a pending item in one durable commit: the item's new
 // status, an approval_<status> event and, on approval, the delivery it
-// releases, which is returned. Exactly one decision is ever applied to an
+// releases, which is returned (for a KindSubscription item, the active
+// subscription it adds instead, and no delivery). Exactly one decision is ever applied to an
 // item: a second one gets ErrDecided. Approving needs the hash of the
 // content shown (ErrHashMismatch otherwise) and an item that has not
 // expired at d.At (ErrExpired: the item is then marked expired in the
@@ -257,7 +276,11 @@ func (s *Store) Decide(ctx context.Context, d Decision) (*Approval, *Delivery, e
 			return fmt.Errorf("decide approval: %w", err)
 		}
 		a.Status, a.DecidedAt, a.DecidedBy, a.Reason, a.Note, a.DecidedSHA256 = status, d.At, d.By, reason, d.Note, d.SHA256
-		if status == ApprovalApproved {
+		if status == ApprovalApproved && a.Kind == KindSubscription {
+			if err := insertRuntimeSubscription(tx, a); err != nil {
+				return err
+			}
+		} else if status == ApprovalApproved {
 			dl = &Delivery{
 				Controller: a.Controller, Reader: a.Reader, SubscriptionID: a.SubscriptionID, QueryID: a.QueryID,
 				RequestID: a.RequestID, ApprovalID: a.ID, Category: a.Category, Response: a.Response,
@@ -384,15 +407,16 @@ func scanApprovals(rows *sql.Rows, err error) ([]Approval, error) {
 	var out []Approval
 	for rows.Next() {
 		var a Approval
-		var status, response, anomalies, grants string
+		var status, response, anomalies, grants, kind string
 		var category int
 		var created, expires, decided int64
 		if err := rows.Scan(&a.Seq, &a.ID, &status, &a.Controller, &a.Reader, &a.SubscriptionID, &a.QueryID, &a.RequestID,
 			&category, &a.Directive, &response, &a.SHA256, &anomalies, &a.Bits, &created, &expires, &decided,
-			&a.DecidedBy.Name, &a.Reason, &a.Note, &a.DecidedBy.UID, &a.DecidedBy.PID, &a.DecidedSHA256, &a.Required, &grants); err != nil {
+			&a.DecidedBy.Name, &a.Reason, &a.Note, &a.DecidedBy.UID, &a.DecidedBy.PID, &a.DecidedSHA256, &a.Required, &grants, &kind); err != nil {
 			return nil, fmt.Errorf("read approvals: %w", err)
 		}
 		a.Status, a.Category, a.Response = ApprovalStatus(status), bcp.Category(category), json.RawMessage(response)
+		a.Kind = ApprovalKind(kind)
 		a.CreatedAt, a.ExpiresAt, a.DecidedAt = fromMillis(created), fromMillis(expires), fromMillis(decided)
 		if err := json.Unmarshal([]byte(anomalies), &a.Anomalies); err != nil {
 			return nil, fmt.Errorf("read approval %s: anomalies: %w", a.ID, err)

@@ -22,6 +22,17 @@
 //	                 sent, in order, on every prompt
 //	                 "query"; each is logged as query_sent or query_error
 //	                 with its index in the array and its request_id
+//	TESTRT_SUBSCRIBE a JSON array of bcp_subscribe_request bodies {request_id,
+//	                 to, category, spec}, each spec sent exactly as written:
+//	                 sent, in order, on every prompt "subscribe"; each first
+//	                 answer, and every later bcp_subscribe_result, is logged
+//	                 as "subscribe_result" (index, request_id,
+//	                 subscription_id, detail "STATUS: REASON")
+//	TESTRT_PUBLISH_NEW a JSON object {response, repeat}: published to each
+//	                 subscription whose id starts with "rt-" (one a
+//	                 Controller asked for at run time) when it is first
+//	                 announced, each waiting for its verdict, and again to
+//	                 every such id ever announced on a prompt "publish-rt"
 //	TESTRT_DELAY     a Go duration: how long each delivery takes to apply
 //	TESTRT_CRASH_AT  N: exit with status 3 on the Nth delivery in the log
 //	                 (counting those of earlier processes), before
@@ -152,7 +163,10 @@ func main() {
 		Category  int             `json:"category"`
 		Spec      json.RawMessage `json:"spec"`
 	}
-	for name, v := range map[string]any{"TESTRT_PUBLISH": &publishes, "TESTRT_ANSWERS": &answers, "TESTRT_QUERIES": &rawQueries} {
+	rawSubscribes := rawQueries[:0:0]
+	var publishNew *publish
+	for name, v := range map[string]any{"TESTRT_PUBLISH": &publishes, "TESTRT_ANSWERS": &answers, "TESTRT_QUERIES": &rawQueries,
+		"TESTRT_SUBSCRIBE": &rawSubscribes, "TESTRT_PUBLISH_NEW": &publishNew} {
 		if s := os.Getenv(name); s != "" {
 			if err := json.Unmarshal([]byte(s), v); err != nil {
 				fmt.Fprintf(os.Stderr, "testrt: %s: %v\n", name, err)
@@ -163,6 +177,10 @@ func main() {
 	queries := make([]runtime.QueryRequest, len(rawQueries))
 	for i, q := range rawQueries {
 		queries[i] = runtime.QueryRequest{RequestID: q.RequestID, To: q.To, Category: bcp.Category(q.Category), Spec: runtime.QuerySpec{Raw: q.Spec}}
+	}
+	subscribes := make([]runtime.SubscribeRequest, len(rawSubscribes))
+	for i, q := range rawSubscribes {
+		subscribes[i] = runtime.SubscribeRequest{RequestID: q.RequestID, To: q.To, Category: bcp.Category(q.Category), Spec: runtime.QuerySpec{Raw: q.Spec}}
 	}
 	crashAt, _ := strconv.Atoi(os.Getenv("TESTRT_CRASH_AT"))
 	silent := os.Getenv("TESTRT_SILENT") == "1"
@@ -188,22 +206,78 @@ func main() {
 		}
 	}
 
+	// The subscriptions asked for at run time ever announced, in order.
+	var rtMu sync.Mutex
+	var rtSubs []runtime.ActiveSubscription
+	pushed := 0
+	publishTo := func(ctx context.Context, c *runtime.Client, subs []runtime.ActiveSubscription) {
+		for _, s := range subs {
+			for range max(publishNew.Repeat, 1) {
+				rtMu.Lock()
+				n := pushed
+				pushed++
+				rtMu.Unlock()
+				resp := strings.ReplaceAll(string(publishNew.Response), "{i}", strconv.Itoa(n))
+				r, err := c.Publish(ctx, s.SubscriptionID, s.Controller, json.RawMessage(resp))
+				if err != nil {
+					return
+				}
+				log.write(record{Event: "verdict", Index: n, SubscriptionID: r.SubscriptionID, Success: r.Success, Detail: r.Detail, Filtered: r.Filtered})
+			}
+		}
+	}
+	logSubscribe := func(i int, r runtime.SubscribeResult) {
+		log.write(record{Event: "subscribe_result", Index: i, RequestID: r.RequestID, SubscriptionID: r.SubscriptionID,
+			Category: int(r.Category), Bits: r.BandwidthBits, Detail: strings.TrimSuffix(r.Status+": "+r.Reason, ": ")})
+	}
+
 	runtime.Main(runtime.Handler{
 		Subscriptions: func(ctx context.Context, c *runtime.Client, subs []runtime.ActiveSubscription) {
 			ids := make([]string, 0, len(subs))
+			var fresh []runtime.ActiveSubscription
+			rtMu.Lock()
 			for _, s := range subs {
 				ids = append(ids, s.Controller+"/"+s.SubscriptionID)
+				known := false
+				for _, o := range rtSubs {
+					known = known || (o.SubscriptionID == s.SubscriptionID && o.Controller == s.Controller)
+				}
+				if strings.HasPrefix(s.SubscriptionID, "rt-") && !known {
+					rtSubs = append(rtSubs, s)
+					fresh = append(fresh, s)
+				}
 			}
+			rtMu.Unlock()
 			log.write(record{Event: "subscriptions", Detail: strings.Join(ids, ",")})
 			if announcements++; announcements == 1 {
 				go publishAll(ctx, c)
 			}
+			if publishNew != nil && len(fresh) > 0 {
+				go publishTo(ctx, c, fresh)
+			}
 		},
+		SubscribeResult: func(_ *runtime.Client, r runtime.SubscribeResult) { logSubscribe(-1, r) },
 		Prompt: func(ctx context.Context, c *runtime.Client, p runtime.Prompt) error {
 			log.write(record{Event: "prompt", Prompt: p.Content})
 			switch p.Content {
 			case "publish":
 				publishAll(ctx, c)
+			case "subscribe":
+				for i, q := range subscribes {
+					r, err := c.Subscribe(ctx, q)
+					if err != nil && r.Status == "" {
+						log.write(record{Event: "subscribe_result", Index: i, RequestID: q.RequestID, Detail: "error: " + err.Error()})
+						continue
+					}
+					logSubscribe(i, r)
+				}
+			case "publish-rt":
+				if publishNew != nil {
+					rtMu.Lock()
+					subs := append([]runtime.ActiveSubscription(nil), rtSubs...)
+					rtMu.Unlock()
+					publishTo(ctx, c, subs)
+				}
 			case "query":
 				for i, q := range queries {
 					sent, err := c.Query(ctx, q)

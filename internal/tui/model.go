@@ -790,6 +790,9 @@ func (m Model) detailLines(a control.Approval) []string {
 			out = append(out, m.st.title.Render(l))
 		}
 	}
+	if a.Kind == control.KindSubscription {
+		return m.requestLines(a, w)
+	}
 	if a.Directive != "" {
 		section("Directive (what the Controller asked for)")
 		out = append(out, indent(wrap(a.Directive, nil, w-2, m.st))...)

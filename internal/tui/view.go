@@ -87,7 +87,10 @@ func (m Model) list() string {
 	for i := first; i < len(m.items) && i < first+room; i++ {
 		a := m.items[i]
 		what := a.SubscriptionID
-		if a.QueryID != "" {
+		switch {
+		case a.Kind == control.KindSubscription:
+			what = "request: new subscription " + a.SubscriptionID
+		case a.QueryID != "":
 			what = "query " + a.QueryID
 		}
 		if a.Required > 1 { // approvals so far, of those it needs: "(1/2)"
@@ -120,7 +123,10 @@ func padRight(s string, w int) string {
 func (m Model) detailHeader() string {
 	a := m.open
 	what := "subscription " + a.SubscriptionID
-	if a.QueryID != "" {
+	switch {
+	case a.Kind == control.KindSubscription:
+		what = "REQUEST for new subscription " + a.SubscriptionID
+	case a.QueryID != "":
 		what = "answer to query " + a.QueryID
 	}
 	now := m.cfg.Now()
