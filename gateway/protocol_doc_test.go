@@ -137,6 +137,10 @@ func wireMessage(typ string) (v any, toRuntime, fromRuntime bool) {
 		return &runtime.QueryRequest{}, false, true
 	case runtime.TypeResponse:
 		return &runtime.Response{}, false, true
+	case runtime.TypeSubscribeRequest:
+		return &runtime.SubscribeRequest{}, false, true
+	case runtime.TypeSubscribeResult:
+		return &runtime.SubscribeResult{}, true, false
 	}
 	if name, ok := strings.CutSuffix(typ, "_response"); ok {
 		if _, unsupported := runtime.Unsupported(name + "_request"); unsupported {
