@@ -32,9 +32,12 @@
 // (webhook-id, Idempotency-Key and the json format's id): the state
 // file's random id and the event's seq. Attempts time out after 10s;
 // network errors, timeouts, 408, 429 and 5xx are tried again after 1s,
-// 2s, 4s ... (at most 300s), at most 10 attempts, then given up
-// (notify_failed). Another 4xx, or a redirect (never followed), gives up
-// at once. 410 Gone disables the target (notify_disabled) until its URL
+// 2s, 4s ... (at most 300s); after 10 attempts the target is down
+// (notify_down): the event is tried every 300s, nothing after it is sent,
+// and once it goes through (notify_up) the target catches up from its
+// cursor, so an outage within the retention window loses nothing.
+// Another 4xx, or a redirect (never followed), gives up at once
+// (notify_failed). 410 Gone disables the target (notify_disabled) until its URL
 // changes. Requests are signed as Standard Webhooks specifies
 // (webhook-id, webhook-timestamp, webhook-signature: v1, then the base64
 // of the HMAC-SHA256 of "id.timestamp.body").

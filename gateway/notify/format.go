@@ -289,7 +289,7 @@ func asciiHeader(s string) string {
 func ntfyPriority(m *Message) int {
 	switch m.Kind {
 	case "approval_queued", "approval_partial", "agent_failed", "reload_failed", "delivery_parked", "session_killed",
-		KindFailed, KindDisabled, KindGap:
+		KindFailed, KindDisabled, KindGap, KindDown:
 		return 4
 	}
 	return 3

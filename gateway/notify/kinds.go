@@ -30,7 +30,7 @@ var Kinds = []string{
 	"reload_ok", "reload_failed", "cron_failed", "retention_pruned", "control_refused",
 	"operator_start", "operator_stop", "operator_prompt", "operator_backup", "operator_notify_test",
 	// The notifier's own (see Notifier).
-	KindSent, KindFailed, KindDisabled, KindEnabled, KindGap,
+	KindSent, KindFailed, KindDisabled, KindEnabled, KindGap, KindDown, KindUp,
 }
 
 // The notifier's event kinds.
@@ -38,9 +38,15 @@ const (
 	// KindSent: a notification was answered 2xx (Ref: the target;
 	// Detail: the event's seq and kind, the status, the attempts).
 	KindSent = "notify_sent"
-	// KindFailed: a notification was given up (after MaxAttempts, or at
-	// once on a 4xx other than 408, 410 and 429).
+	// KindFailed: a notification was given up: its endpoint answered a
+	// 4xx other than 408, 410 and 429, which trying again cannot change.
 	KindFailed = "notify_failed"
+	// KindDown: a notification failed MaxAttempts times in a row; the
+	// target waits on it, tried every MaxBackoff, and catches up from its
+	// cursor once it goes through.
+	KindDown = "notify_down"
+	// KindUp: a target that was down answered again.
+	KindUp = "notify_up"
 	// KindDisabled: the endpoint answered 410 Gone; nothing more is sent
 	// to it until its URL changes.
 	KindDisabled = "notify_disabled"

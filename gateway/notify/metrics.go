@@ -17,6 +17,7 @@ type Metrics struct {
 	sent     *prometheus.CounterVec
 	lag      *prometheus.Desc
 	disabled *prometheus.Desc
+	down     *prometheus.Desc
 
 	mu     sync.Mutex
 	states map[string]*targetState // by target, while its loop runs
@@ -27,6 +28,7 @@ type targetState struct {
 	now      func() time.Time
 	since    atomic.Int64 // unix nanoseconds of the event being sent; 0 when caught up
 	disabled atomic.Bool
+	down     atomic.Bool // MaxAttempts failed in a row; waiting for the endpoint
 }
 
 // NewMetrics creates the notifier's metrics and registers them with reg.
@@ -38,7 +40,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"target", "outcome"}),
 		given: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bcpgw_notify_failures_total",
-			Help: "Notifications given up, by target: after 10 failed attempts, or refused by the endpoint.",
+			Help: "Notifications given up, by target: refused by the endpoint (a 4xx other than 408, 410 and 429).",
 		}, []string{"target"}),
 		sent: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bcpgw_notify_sent_total",
@@ -48,6 +50,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"Age of the event a target is being sent (retries included); 0 when it is caught up.", []string{"target"}, nil),
 		disabled: prometheus.NewDesc("bcpgw_notify_disabled",
 			"1 for a target whose endpoint answered 410 Gone (nothing is sent to it until its URL changes).", []string{"target"}, nil),
+		down: prometheus.NewDesc("bcpgw_notify_down",
+			"1 for a target whose endpoint failed 10 attempts in a row: it is tried every 300s and catches up once it answers.", []string{"target"}, nil),
 		states: map[string]*targetState{},
 	}
 	reg.MustRegister(m.attempts, m.given, m.sent, collector{m})
@@ -59,6 +63,7 @@ type collector struct{ m *Metrics }
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.m.lag
 	ch <- c.m.disabled
+	ch <- c.m.down
 }
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
@@ -75,6 +80,11 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			d = 1
 		}
 		ch <- prometheus.MustNewConstMetric(c.m.disabled, prometheus.GaugeValue, d, name)
+		down := 0.0
+		if st.down.Load() {
+			down = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.m.down, prometheus.GaugeValue, down, name)
 	}
 }
 

@@ -330,9 +330,11 @@ func (n *Notifier) message(ctx context.Context, id string, e store.Event) *Messa
 	return newMessage(id, e, item, n.cfg.Decide)
 }
 
-// deliver sends e to l's target until it is answered 2xx, given up after
-// MaxAttempts, refused, or the target is gone; it moves the cursor past
-// e with the event that says how it went.
+// deliver sends e to l's target until it is answered 2xx, refused (a 4xx
+// that is not worth trying again), or the target is gone; it moves the
+// cursor past e with the event that says how it went. After MaxAttempts
+// failures the target is down (KindDown): e is tried every MaxBackoff,
+// and nothing after it is sent until it goes through (KindUp).
 func (n *Notifier) deliver(ctx context.Context, l *loop, log hclog.Logger, e store.Event) verdict {
 	t, st := l.t, n.cfg.Store
 	id := idFor(l.instance, e.Seq)
@@ -353,9 +355,15 @@ func (n *Notifier) deliver(ctx context.Context, l *loop, log hclog.Logger, e sto
 		switch r.Outcome {
 		case OutcomeOK:
 			n.cfg.Metrics.delivered(t.Name)
+			var events []store.Event
+			if l.state.down.Swap(false) {
+				log.Info("target up again: catching up from its cursor", "seq", e.Seq, "attempts", attempt)
+				events = append(events, store.Event{Time: now, Kind: KindUp, Ref: t.Name,
+					Detail: fmt.Sprintf("target %s up again after %d attempts of %s; catching up from its cursor", t.Name, attempt, about)})
+			}
 			log.Debug("notification sent", "seq", e.Seq, "kind", e.Kind, "status", r.Status, "attempts", attempt)
-			st.AdvanceNotifyCursor(t.Name, e.Seq, now, store.Event{Time: now, Kind: KindSent, Ref: t.Name,
-				Detail: fmt.Sprintf("%s sent to %s: %s after %d attempt(s), %s", about, t.Name, r, attempt, r.Duration.Round(time.Millisecond))})
+			st.AdvanceNotifyCursor(t.Name, e.Seq, now, append(events, store.Event{Time: now, Kind: KindSent, Ref: t.Name,
+				Detail: fmt.Sprintf("%s sent to %s: %s after %d attempt(s), %s", about, t.Name, r, attempt, r.Duration.Round(time.Millisecond))})...)
 			return done
 		case OutcomeGone:
 			l.state.disabled.Store(true)
@@ -374,14 +382,21 @@ func (n *Notifier) deliver(ctx context.Context, l *loop, log hclog.Logger, e sto
 				Detail: fmt.Sprintf("%s given up for %s: %s (not tried again)", about, t.Name, r)})
 			return done
 		}
-		if attempt == MaxAttempts {
-			n.cfg.Metrics.failed(t.Name)
-			log.Error("notification failed; giving it up", "seq", e.Seq, "kind", e.Kind, "attempts", attempt, "last", r.String())
-			st.AdvanceNotifyCursor(t.Name, e.Seq, now, store.Event{Time: now, Kind: KindFailed, Ref: t.Name,
-				Detail: fmt.Sprintf("%s given up for %s after %d attempts; last: %s", about, t.Name, attempt, r)})
-			return done
-		}
 		d := Backoff(attempt)
+		if attempt == MaxAttempts {
+			// MaxAttempts failures in a row (about 8.5 minutes) of an
+			// error worth trying again: the endpoint is down, not the
+			// notification wrong. Giving the event up would lose every
+			// event of the outage; instead the target waits on this one,
+			// tried every MaxBackoff, and catches up from its cursor once
+			// its endpoint answers (within the retention window).
+			l.state.down.Store(true)
+			log.Error("target down: its endpoint failed every attempt; trying it again every "+MaxBackoff.String(),
+				"seq", e.Seq, "kind", e.Kind, "attempts", attempt, "last", r.String())
+			st.Append(store.Event{Time: now, Kind: KindDown, Ref: t.Name,
+				Detail: fmt.Sprintf("target %s down: %s failed %d attempts, last: %s; it is tried every %s and catches up from its cursor once it answers",
+					t.Name, about, attempt, r, MaxBackoff)})
+		}
 		log.Warn("notification failed; trying again", "seq", e.Seq, "attempt", attempt, "error", r.String(), "in", d)
 		if !n.sleep(ctx, d) {
 			return stopped

@@ -280,10 +280,11 @@ func TestNotifierSendsWhatTheTargetWants(t *testing.T) {
 }
 
 // Failed attempts are tried again after 1s, 2s, 4s ... 256s (on the fake
-// clock), ten attempts in all, then the notification is given up
-// (notify_failed) and the next one goes out. A timeout counts as a failed
-// attempt.
-func TestNotifierRetriesWithBackoffThenGivesUp(t *testing.T) {
+// clock); after ten, the target is down (notify_down) and tried every
+// 300s, and the events of the outage wait for it: once its endpoint
+// answers (notify_up), it catches up from its cursor, in order. A timeout
+// counts as a failed attempt.
+func TestNotifierRetriesWithBackoffThenCatchesUp(t *testing.T) {
 	c := clock.NewFake(t0)
 	h := newHarness(t, c)
 	rcv := newReceiver(t, c)
@@ -305,34 +306,56 @@ func TestNotifierRetriesWithBackoffThenGivesUp(t *testing.T) {
 		c.Advance(time.Millisecond)
 		waitFor(t, fmt.Sprintf("attempt %d", attempt+1), func() bool { return len(rcv.requests()) == attempt+1 })
 	}
-	waitFor(t, "notify_failed", func() bool { return len(h.events(KindFailed)) == 1 })
-	if ev := h.events(KindFailed)[0]; ev.Ref != "hook" || !strings.Contains(ev.Detail, "after 10 attempts") || !strings.Contains(ev.Detail, "503") {
-		t.Errorf("notify_failed = %+v", ev)
+	waitFor(t, "notify_down", func() bool { return len(h.events(KindDown)) == 1 })
+	if ev := h.events(KindDown)[0]; ev.Ref != "hook" || !strings.Contains(ev.Detail, "failed 10 attempts") || !strings.Contains(ev.Detail, "503") {
+		t.Errorf("notify_down = %+v", ev)
 	}
-	for _, r := range rcv.requests() {
-		if r.ID != rcv.requests()[0].ID {
-			t.Errorf("attempts with ids %q and %q: want one idempotency key", r.ID, rcv.requests()[0].ID)
-		}
+	if n := len(h.events(KindFailed)); n != 0 {
+		t.Errorf("%d notify_failed: an event of the outage was given up", n)
 	}
-	// The next event goes out; this time the first attempt hangs past
-	// the timeout.
+	// Down, it is tried every 300s; events of the outage wait behind it.
+	h.append(store.Event{Kind: "agent_failed", Agent: "b"})
+	for attempt := MaxAttempts; attempt < MaxAttempts+3; attempt++ {
+		waitFor(t, "the wait of 300s", func() bool { return c.PendingFor(MaxBackoff) })
+		c.Advance(MaxBackoff)
+		waitFor(t, fmt.Sprintf("attempt %d", attempt+1), func() bool { return len(rcv.requests()) == attempt+1 })
+	}
+	if n := len(h.events(KindDown)); n != 1 {
+		t.Errorf("%d notify_down events, want one for the outage", n)
+	}
+	// The endpoint answers again: the first event goes through, then the
+	// one that waited, in order; a timeout of its first attempt is tried
+	// again after 1s.
 	rcv.mu.Lock()
 	rcv.hang = make(chan struct{})
 	rcv.mu.Unlock()
 	rcv.answer(func(int) int { return 200 })
-	h.append(store.Event{Kind: "agent_failed", Agent: "b"})
-	waitFor(t, "the next event's first attempt", func() bool { return len(rcv.requests()) == 11 })
+	waitFor(t, "the wait of 300s", func() bool { return c.PendingFor(MaxBackoff) })
+	c.Advance(MaxBackoff)
 	waitFor(t, "the attempt's timeout", func() bool { return c.PendingFor(DefaultTimeout) })
 	c.Advance(DefaultTimeout)
-	waitFor(t, "the wait after a timeout", func() bool { return c.PendingFor(time.Second) })
+	waitFor(t, "the wait after a timeout", func() bool { return c.PendingFor(MaxBackoff) })
 	rcv.mu.Lock()
 	close(rcv.hang)
 	rcv.hang = nil
 	rcv.mu.Unlock()
-	c.Advance(time.Second)
-	waitFor(t, "notify_sent", func() bool { return len(h.events(KindSent)) == 1 })
-	if n := len(rcv.requests()); n != 12 {
-		t.Errorf("%d requests, want 12 (10 for the first event, 2 for the second)", n)
+	c.Advance(MaxBackoff)
+	waitFor(t, "both events sent", func() bool { return len(h.events(KindSent)) == 2 })
+	if ups := h.events(KindUp); len(ups) != 1 || ups[0].Ref != "hook" {
+		t.Errorf("notify_up = %+v, want one for hook", ups)
+	}
+	reqs := rcv.requests()
+	if n := len(reqs); n != 16 {
+		t.Errorf("%d requests, want 16 (15 for the first event, 1 for the second)", n)
+	}
+	first := reqs[0].ID
+	for _, r := range reqs[:15] {
+		if r.ID != first {
+			t.Errorf("attempts with ids %q and %q: want one idempotency key", r.ID, first)
+		}
+	}
+	if reqs[15].ID == first {
+		t.Errorf("the second event has the first's idempotency key %q", first)
 	}
 }
 

@@ -16,9 +16,12 @@ import (
 	"github.com/bcpgw/bcpgw/internal/clock"
 )
 
-// Delivery rules (the seeds' webhook delivery): at most MaxAttempts
-// attempts per notification, InitialBackoff after the first failure,
-// doubling up to MaxBackoff; each attempt ends after DefaultTimeout.
+// Delivery rules (the seeds' webhook delivery): MaxAttempts attempts per
+// notification, InitialBackoff after the first failure, doubling up to
+// MaxBackoff; each attempt ends after DefaultTimeout. After MaxAttempts
+// the endpoint is taken to be down rather than the notification wrong:
+// the target keeps trying it every MaxBackoff, so that nothing of the
+// outage is lost (see Notifier.deliver).
 const (
 	MaxAttempts    = 10
 	InitialBackoff = time.Second
