@@ -17,24 +17,24 @@ import (
 //
 //	rate_limit: {max: 1, window: 1h}   # at most 1 accepted push in any hour
 //	filter: priority in ["high", "critical"] && score >= 4
-//	debounce: {key: topic, window: 10m}   # recognized; not supported yet
-//	batch: {window: 5m, max: 20}          # recognized; not supported yet
+//	debounce: {key: topic, window: 10m}   # a newer push on the same topic replaces one not yet delivered
+//	batch: {window: 5m, max: 20}          # pushes reach the Controller as one delivery of up to 20
 //
-// debounce and batch are decoded and checked like the others, then
-// refused: a definition that asks for them would otherwise run with pushes
-// delivered one by one, at once, which is not what its operator wrote.
+// Both may be set together: debounce then also applies within the open
+// batch. Neither applies to Cat-3, whose pushes an operator reads one by
+// one anyway.
 
 // Debounce asks that, within Window, a newer push with the same value of
-// Key replace the one not yet delivered (debounce). Not enforced yet: Load
-// refuses a definition that sets it.
+// Key replace the one not yet delivered (the gateway's debounce: pending,
+// and not yet handed to the Controller's runtime, or held in an open
+// batch). Window runs from the acceptance of the push replaced.
 type Debounce struct {
 	Key    string // a Cat-1 field or Cat-2 question of the subscription
 	Window time.Duration
 }
 
-// Batch asks that pushes accumulate for Window, or until Max of them, and
-// reach the Controller as one delivery (batch). Not enforced yet: Load
-// refuses a definition that sets it.
+// Batch asks that pushes accumulate for Window from the first, or until
+// Max of them, and reach the Controller as one delivery: one turn.
 type Batch struct {
 	Window time.Duration
 	Max    int
@@ -42,11 +42,6 @@ type Batch struct {
 
 // MaxBatch bounds batch.max: a batch is one delivery, one prompt.
 const MaxBatch = 1000
-
-// notSupported is the error of a policy key this version parses and
-// checks but does not enforce.
-const notSupported = "recognized, but not supported by this version of bcpgw yet: remove it " +
-	"(the gateway refuses to load a definition whose %s it would not apply)"
 
 // policyDecoder decodes the policy keys of one subscription. The filter
 // and the debounce key are checked once the whole subscription is read
@@ -144,7 +139,6 @@ func (pd *policyDecoder) debounce(n *yaml.Node, p string) {
 		pd.required(n, p, "window", "a duration such as 10m")
 	}
 	pd.s.Debounce = &db
-	pd.d.errorf(d.lines.line(p), p, notSupported, "debounce")
 }
 
 // batch decodes batch: {window: D, max: N}, N in 2..MaxBatch.
@@ -168,14 +162,13 @@ func (pd *policyDecoder) batch(n *yaml.Node, p string) {
 		pd.required(n, p, "max", "the most pushes in one delivery, at least 2")
 	}
 	pd.s.Batch = &b
-	pd.d.errorf(d.lines.line(p), p, notSupported, "batch")
 }
 
 // finish checks what refers to the subscription's fields, once spec is
 // complete: the filter is compiled against it, the debounce key looked
 // up. A spec with problems of its own (already reported) is not used.
 func (pd *policyDecoder) finish(spec bcp.Spec) {
-	if pd.filter == nil && !pd.debounceSeen {
+	if pd.filter == nil && !pd.debounceSeen && !pd.batchSeen {
 		return
 	}
 	d := pd.d
@@ -183,8 +176,11 @@ func (pd *policyDecoder) finish(spec bcp.Spec) {
 		for _, k := range []struct {
 			seen bool
 			key  string
-		}{{pd.filter != nil, "filter"}, {pd.debounceSeen, "debounce"}} {
-			if k.seen {
+		}{{pd.filter != nil, "filter"}, {pd.debounceSeen, "debounce"}, {pd.batchSeen, "batch"}} {
+			if k.seen && k.key == "batch" {
+				p := join(pd.path, k.key)
+				d.errorf(d.lines.line(p), p, "not allowed in category 3: every Cat-3 push waits for an operator and is delivered on its own once approved")
+			} else if k.seen {
 				p := join(pd.path, k.key)
 				d.errorf(d.lines.line(p), p, "not allowed in category 3: a Cat-3 push is one free-text summary, which an operator reads anyway; there is no typed value to use")
 			}
@@ -260,6 +256,12 @@ func (s *Subscription) PolicyText() string {
 	}
 	if s.Filter != nil {
 		add("filter: %s", strings.Join(strings.Fields(s.Filter.Source), " "))
+	}
+	if s.Debounce != nil {
+		add("debounce by %s within %s", s.Debounce.Key, s.Debounce.Window)
+	}
+	if s.Batch != nil {
+		add("batch of up to %d within %s", s.Batch.Max, s.Batch.Window)
 	}
 	return out
 }

@@ -200,6 +200,10 @@ func (g *Gateway) admit(reply *session.PendingReply, a admitted) {
 		if a.query != nil {
 			d.QueryID = a.query.id
 		}
+		if sub := g.set.Load().Subscription(controller, reader, a.subID); a.query == nil && held(sub) {
+			g.storePush(reply, a, sub, d, ev, verdict, undo) // debounce, batch (debounce_batch.go)
+			return
+		}
 		g.cfg.Store.AddDeliveryThen(d, []store.Event{ev}, func(d store.Delivery, err error) {
 			if err != nil {
 				undo(err)

@@ -75,9 +75,11 @@ func (b *backlog) release(p store.Pair) {
 	}
 }
 
-// done counts the end of a pending delivery.
+// done counts the end of a pending delivery: a batch's, of its pushes.
 func (b *backlog) done(d store.Delivery) {
-	b.release(store.Pair{Controller: d.Controller, Reader: d.Reader})
+	for range d.Weight() {
+		b.release(store.Pair{Controller: d.Controller, Reader: d.Reader})
+	}
 }
 
 // pending returns p's count.

@@ -87,6 +87,7 @@ type Gateway struct {
 	metrics *Metrics    // may be nil
 	rates   rateLimiter // channel rate limits (ratelimit.go)
 	backlog *backlog    // pending deliveries by pair (backlog.go)
+	policy  *pushPolicy // debounce and batching (debounce_batch.go)
 
 	// defs is the definitions as loaded, without the approved
 	// subscriptions (subscribe.go); written under reloadMu.
@@ -157,6 +158,7 @@ func New(cfg Config) (*Gateway, error) {
 		cfg.Metrics.g = g
 	}
 	g.outbox = &outbox{g: g, couriers: map[string]*courier{}}
+	g.policy = newPushPolicy(g)
 	g.sched = &scheduler{clock: cfg.Clock, log: g.log.Named("cron"), event: g.event, prompt: g.cronPrompt}
 	sc := cfg.Session
 	if sc.WorkRoot == "" && cfg.StateDir != "" {
@@ -205,6 +207,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	for c := range controllers {
 		g.outbox.resume(c)
+	}
+	if err := g.resumeBatches(ctx); err != nil {
+		return err
 	}
 	// Items held before a restart still wait for a person: say so, and
 	// how to decide them, where an operator looks first.

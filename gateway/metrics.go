@@ -39,6 +39,7 @@ type Metrics struct {
 	egressConn *prometheus.CounterVec
 	egressData *prometheus.CounterVec
 	notify     *notify.Metrics // the notifier's (notify_wiring.go)
+	policy     *policyMetrics  // debounce and batching (debounce_batch.go)
 
 	// Read at scrape time.
 	approvalsPending  *prometheus.Desc
@@ -151,6 +152,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.reloads.WithLabelValues(o)
 	}
 	m.notify = notify.NewMetrics(reg)
+	m.policy = newPolicyMetrics(reg)
 	reg.MustRegister(m.publishes, m.queries, m.answers, m.refusals, m.bits, m.decisions, m.deliveries, m.latency,
 		m.crashes, m.restarts, m.throttles, m.subPushes, m.subBits, m.subRefused, m.reloads, m.egressConn, m.egressData, scrapeCollector{m})
 	return m

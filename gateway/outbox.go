@@ -9,7 +9,6 @@ import (
 
 	"github.com/bcpgw/bcpgw/gateway/session"
 	"github.com/bcpgw/bcpgw/gateway/store"
-	"github.com/bcpgw/bcpgw/runtime"
 )
 
 // MaxDeliveryFailures is how many sessions of its Controller may end
@@ -54,6 +53,12 @@ type courier struct {
 	// (operator retries taken before the pages reached them): a page may
 	// still find them pending, their end not yet committed.
 	gone map[string]int64 // id -> seq
+	// inflight is the delivery being brought to the runtime (the head,
+	// from head to pop): a newer push never replaces it. claimed holds the
+	// pending deliveries a newer push is replacing (debounce_batch.go):
+	// head passes over them.
+	inflight string
+	claimed  map[string]bool
 }
 
 // courierFor returns the courier of controller, starting it if needed;
@@ -152,6 +157,12 @@ func (g *Gateway) head(ctx context.Context, c *courier) (store.Delivery, bool) {
 		c.mu.Lock()
 		if len(c.queue) > 0 {
 			d := c.queue[0]
+			if c.claimed[d.ID] { // being superseded: not sent
+				c.mu.Unlock()
+				c.pop()
+				continue
+			}
+			c.inflight = d.ID
 			c.mu.Unlock()
 			return d, true
 		}
@@ -214,6 +225,7 @@ func (c *courier) pop() {
 	}
 	c.queue[0] = store.Delivery{}
 	c.queue = c.queue[1:]
+	c.inflight = ""
 	c.mu.Unlock()
 }
 
@@ -254,6 +266,7 @@ func (g *Gateway) courier(ctx context.Context, c *courier) {
 func (g *Gateway) delivered(c *courier, d store.Delivery, unmarked *store.Event) {
 	g.metrics.delivered(d, g.now())
 	g.backlog.done(d)
+	g.policy.finished(d)
 	acked := store.Event{Time: g.now(), Kind: "delivery_acked", Agent: d.Controller, Peer: d.Reader,
 		Detail: fmt.Sprintf("%s acknowledged delivery %s", d.Controller, d.ID), Category: int(d.Category), Bits: d.Bits,
 		Subscription: d.SubscriptionID}
@@ -271,6 +284,7 @@ func (g *Gateway) delivered(c *courier, d store.Delivery, unmarked *store.Event)
 func (g *Gateway) finish(c *courier, d store.Delivery, state store.DeliveryState, kind, why string) {
 	g.metrics.deliveryDropped(kind)
 	g.backlog.done(d)
+	g.policy.finished(d)
 	g.cfg.Store.FinishDelivery(d.ID, state, why, g.now(), store.Event{
 		Time: g.now(), Kind: kind, Agent: d.Controller, Peer: d.Reader, Detail: why, Category: int(d.Category), Bits: d.Bits,
 	})
@@ -293,14 +307,7 @@ func (g *Gateway) deliver(ctx context.Context, c *courier, d *store.Delivery) (u
 		agent: d.Controller,
 		sess:  &c.sess,
 		check: func() error { return g.checkRevoked(d) },
-		msg: func(s *session.Session) any {
-			return forController(s, runtime.ResponseDelivery{
-				Type: runtime.TypeResponseDelivery, QueryID: d.QueryID, SubscriptionID: d.SubscriptionID,
-				Category: d.Category, FromAgent: d.Reader, Response: d.Response, BandwidthBits: d.Bits,
-				DeliveryID: d.ID, RequestID: d.RequestID, Anomalies: d.Anomalies, Redelivered: d.Attempts > 0,
-				Prompt: deliveryPrompt(*d),
-			})
-		},
+		msg:   func(s *session.Session) any { return deliveryMessage(s, d) },
 		sent: func() {
 			kind := "delivery_sent"
 			if d.Attempts > 0 {

@@ -24,7 +24,9 @@ func (g *Gateway) RetryDelivery(ctx context.Context, id string, by store.Decider
 	if err != nil {
 		return nil, err
 	}
-	g.backlog.add(store.Pair{Controller: d.Controller, Reader: d.Reader})
+	for range d.Weight() { // a batch counts its pushes
+		g.backlog.add(store.Pair{Controller: d.Controller, Reader: d.Reader})
+	}
 	g.outbox.requeue(*d)
 	g.log.Info("parked delivery requeued", "delivery", d.ID, "controller", d.Controller, "by", by.String())
 	return d, nil

@@ -44,6 +44,26 @@ type checkPolicy struct {
 	Filter        string `json:"filter,omitempty"`
 	FilterMatched *bool  `json:"filter_matched,omitempty"`
 	FilterError   string `json:"filter_error,omitempty"`
+	// Debounce is the key, its window, and this push's value of the key
+	// (JSON; absent when the push was refused): a later push with the
+	// same value within the window replaces this one if it is not yet
+	// delivered.
+	Debounce *checkDebounce `json:"debounce,omitempty"`
+	// Batch is the batch the push would wait in: it reaches the
+	// Controller with the others once the window from the first has
+	// passed or max pushes are held.
+	Batch *checkBatch `json:"batch,omitempty"`
+}
+
+type checkDebounce struct {
+	Key    string `json:"key"`
+	Window string `json:"window"`
+	Value  string `json:"value,omitempty"`
+}
+
+type checkBatch struct {
+	Window string `json:"window"`
+	Max    int    `json:"max"`
 }
 
 // routeFiltered is check's route of a push the filter keeps out.
@@ -52,7 +72,7 @@ const routeFiltered bcp.Route = "filtered"
 // policyOf reports what sub's policy says of verdict v; ran says whether
 // the filter ran (the push validated).
 func policyOf(sub *agents.Subscription, v gateway.Verdict, ran bool) *checkPolicy {
-	if sub == nil || (sub.RateLimit == nil && sub.Filter == nil) {
+	if sub == nil || (sub.RateLimit == nil && sub.Filter == nil && sub.Debounce == nil && sub.Batch == nil) {
 		return nil
 	}
 	p := &checkPolicy{}
@@ -68,6 +88,12 @@ func policyOf(sub *agents.Subscription, v gateway.Verdict, ran bool) *checkPolic
 		if v.FilterErr != nil {
 			p.FilterError = v.FilterErr.Error()
 		}
+	}
+	if d := sub.Debounce; d != nil {
+		p.Debounce = &checkDebounce{Key: d.Key, Window: d.Window.String(), Value: v.DebounceValue()}
+	}
+	if b := sub.Batch; b != nil {
+		p.Batch = &checkBatch{Window: b.Window.String(), Max: b.Max}
 	}
 	return p
 }
@@ -85,7 +111,8 @@ one JSON object: accepted, code, detail, bandwidth_bits (charged), response
 review, filtered or reject), filtered, and policy when the subscription has
 a delivery policy: rate_limit (which a dry run, starting with an empty
 window, never reaches), filter and filter_matched (and filter_error when the
-filter failed, which counts as no match). A filtered push is accepted: it
+filter failed, which counts as no match), debounce {key, window, value: this
+push's value of the key} and batch {window, max}. A filtered push is accepted: it
 is recorded, not delivered and not charged.
 
 --response takes the JSON itself, @FILE to read it from a file, or - for

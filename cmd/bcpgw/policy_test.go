@@ -121,14 +121,14 @@ func TestValidateSubscriptionPolicy(t *testing.T) {
 	broken := pairSet(t, 4000, 4000, "BCPPublish", `      - id: alerts
         category: 1
         filter: priorty == "high"
-        debounce: {key: priority, window: 10m}
+        debounce: {key: score, window: 10m}
         fields:
           - {name: priority, type: enum, values: [low, high]}
 `)
 	r = run(t, runOpts{}, "validate", broken)
 	for _, want := range []string{
 		`main.md:14: bcp_channels[0].subscriptions[0].filter: column 1: unknown field or function "priorty" (this subscription's fields: priority string)`,
-		`main.md:15: bcp_channels[0].subscriptions[0].debounce: recognized, but not supported by this version of bcpgw yet`,
+		`main.md:15: bcp_channels[0].subscriptions[0].debounce.key: "score" is not a field or question of this subscription`,
 	} {
 		if r.code != 1 || !strings.Contains(r.stderr, want) {
 			t.Errorf("validate of a filter typo: want exit 1 and %q\n%s", want, r)

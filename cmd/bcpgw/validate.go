@@ -29,7 +29,7 @@ func newValidateCmd() *cobra.Command {
 and prints a summary: each agent, its sandbox (workdir, extra read-only and
 writable paths, network), its channels (effective max category and both
 sides' budgets) and each subscription with its bits per push and its
-delivery policy (rate limit, filter; --json adds the filter's estimated
+delivery policy (rate limit, filter, debounce, batch; --json adds the filter's estimated
 worst-case cost).
 
 With --state (or BCPGW_STATE), the rules about the state directory are
@@ -325,6 +325,9 @@ type (
 		RateLimit     *jsonRateLimit `json:"rate_limit,omitempty"`
 		Filter        string         `json:"filter,omitempty"`
 		FilterMaxCost uint64         `json:"filter_max_cost,omitempty"`
+		// Debounce and Batch too, windows as Go durations.
+		Debounce *jsonDebounce `json:"debounce,omitempty"`
+		Batch    *jsonBatch    `json:"batch,omitempty"`
 		// Approvals is its approval policy after inheritance, when its
 		// Controller set any (validate_approvals.go).
 		Approvals *jsonApprovals `json:"approvals,omitempty"`
@@ -335,6 +338,14 @@ type (
 		Max    int    `json:"max"`
 		Window string `json:"window"`
 		Text   string `json:"text"`
+	}
+	jsonDebounce struct {
+		Key    string `json:"key"`
+		Window string `json:"window"`
+	}
+	jsonBatch struct {
+		Window string `json:"window"`
+		Max    int    `json:"max"`
 	}
 )
 
@@ -385,6 +396,12 @@ func validateReport(dir, stateDir string, set *agents.Set, le *agents.LoadError)
 				}
 				if f := s.Filter; f != nil {
 					js.Filter, js.FilterMaxCost = f.Source, f.MaxCost
+				}
+				if d := s.Debounce; d != nil {
+					js.Debounce = &jsonDebounce{Key: d.Key, Window: d.Window.String()}
+				}
+				if b := s.Batch; b != nil {
+					js.Batch = &jsonBatch{Window: b.Window.String(), Max: b.Max}
 				}
 				js.Approvals = approvalsReport(l, s.ID)
 				jc.Subscriptions = append(jc.Subscriptions, js)

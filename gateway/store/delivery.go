@@ -23,6 +23,15 @@ const (
 	// sent, until an operator retries (back to pending) or discards it
 	// (dropped). Retention never prunes it.
 	DeliveryParked DeliveryState = "parked"
+	// DeliveryHeld is a push of a batched subscription waiting in its
+	// open batch; DeliveryBatched one whose batch was closed into a
+	// delivery of its own (BatchID), which is what the outbox sends.
+	DeliveryHeld    DeliveryState = "held"
+	DeliveryBatched DeliveryState = "batched"
+	// DeliverySuperseded is a push that a newer one with the same
+	// debounce key replaced before it was handed to the Controller: never
+	// sent, its charge refunded (see AddPushThen).
+	DeliverySuperseded DeliveryState = "superseded"
 )
 
 // Delivery is validated data on its way to a Controller: a push (with
@@ -46,23 +55,56 @@ type Delivery struct {
 	CreatedAt      time.Time
 	DoneAt         time.Time
 	DoneDetail     string
+	// Entity is a debounced push's key value (JSON); empty otherwise.
+	Entity string
+	// BatchID is, on a push of a batched subscription, the id of the
+	// batch delivery it goes (or went) into.
+	BatchID string
+	// Items are the pushes of a batch delivery, in the order they were
+	// accepted; nil for any other delivery. A batch's Response is then
+	// the list of their responses, its Bits their sum, its Anomalies
+	// theirs with the item's index in Field ("[2].topic").
+	Items []BatchItem
 }
 
+// BatchItem is one push of a batch delivery, as it was accepted.
+type BatchItem struct {
+	ID         string          `json:"delivery_id"`
+	Response   json.RawMessage `json:"response"`
+	Anomalies  []bcp.Anomaly   `json:"anomalies,omitempty"`
+	Bits       float64         `json:"bits"`
+	AcceptedAt int64           `json:"accepted_at"` // Unix milliseconds
+}
+
+// Weight is how many accepted pushes or answers d carries: a batch's
+// items, else 1 (the backlog counts pushes).
+func (d Delivery) Weight() int { return max(1, len(d.Items)) }
+
 const deliveryColumns = `seq, id, controller, reader, subscription_id, query_id, request_id, approval_id,
-	category, response, anomalies, bits, state, attempts, failures, created_at, done_at, done_detail`
+	category, response, anomalies, bits, state, attempts, failures, created_at, done_at, done_detail, entity, batch_id, items`
 
 func insertDelivery(tx *wtx, d *Delivery) error {
 	if d.ID == "" {
 		d.ID = NewID("dl-", 16)
 	}
-	d.State = DeliveryPending
+	if d.State != DeliveryHeld { // a push held in its open batch, else pending
+		d.State = DeliveryPending
+	}
 	anomalies, err := json.Marshal(nonNilAnomalies(d.Anomalies))
 	if err != nil {
 		return err
 	}
+	response := string(d.Response)
+	if d.Items != nil { // a batch keeps its items, which Response lists
+		b, err := json.Marshal(d.Items)
+		if err != nil {
+			return err
+		}
+		response, anomalies = string(b), []byte("[]")
+	}
 	res, err := tx.Exec(sqlInsertDelivery,
 		d.ID, d.Controller, d.Reader, d.SubscriptionID, d.QueryID, d.RequestID, d.ApprovalID,
-		int(d.Category), string(d.Response), string(anomalies), d.Bits, millis(d.CreatedAt))
+		int(d.Category), response, string(anomalies), d.Bits, millis(d.CreatedAt), string(d.State), d.Entity, d.BatchID, len(d.Items))
 	if err != nil {
 		return fmt.Errorf("insert delivery: %w", err)
 	}
@@ -180,8 +222,9 @@ type Pair struct{ Controller, Reader string }
 // PendingByPair counts the pending deliveries of each (Controller,
 // Reader) pair that has any.
 func (s *Store) PendingByPair(ctx context.Context) (map[Pair]int, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT controller, reader, count(*) FROM deliveries
-		WHERE state = 'pending' GROUP BY controller, reader`)
+	// A batch counts its pushes; a push held in an open batch counts too.
+	rows, err := s.rdb.QueryContext(ctx, `SELECT controller, reader, sum(max(items, 1)) FROM deliveries
+		WHERE state IN ('pending', 'held') GROUP BY controller, reader`)
 	if err != nil {
 		return nil, fmt.Errorf("count pending deliveries: %w", err)
 	}
@@ -258,14 +301,21 @@ func scanDeliveries(rows *sql.Rows, err error) ([]Delivery, error) {
 		var response, anomalies, state string
 		var category int
 		var created, done int64
+		var items int
 		if err := rows.Scan(&d.Seq, &d.ID, &d.Controller, &d.Reader, &d.SubscriptionID, &d.QueryID, &d.RequestID,
-			&d.ApprovalID, &category, &response, &anomalies, &d.Bits, &state, &d.Attempts, &d.Failures, &created, &done, &d.DoneDetail); err != nil {
+			&d.ApprovalID, &category, &response, &anomalies, &d.Bits, &state, &d.Attempts, &d.Failures, &created, &done, &d.DoneDetail,
+			&d.Entity, &d.BatchID, &items); err != nil {
 			return nil, fmt.Errorf("read deliveries: %w", err)
 		}
 		d.Category, d.Response, d.State = bcp.Category(category), json.RawMessage(response), DeliveryState(state)
 		d.CreatedAt, d.DoneAt = fromMillis(created), fromMillis(done)
 		if err := json.Unmarshal([]byte(anomalies), &d.Anomalies); err != nil {
 			return nil, fmt.Errorf("read delivery %s: anomalies: %w", d.ID, err)
+		}
+		if items > 0 {
+			if err := d.readItems(); err != nil {
+				return nil, err
+			}
 		}
 		out = append(out, d)
 	}

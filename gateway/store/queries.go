@@ -11,7 +11,7 @@ const (
 	// An approval counted towards an item's quorum (approval.go: grant).
 	sqlGrantApproval  = `UPDATE approvals SET grants = ? WHERE id = ? AND status = 'pending'`
 	sqlInsertDelivery = `INSERT INTO deliveries (id, controller, reader, subscription_id, query_id, request_id,
-		approval_id, category, response, anomalies, bits, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`
+		approval_id, category, response, anomalies, bits, created_at, state, entity, batch_id, items) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`
 	sqlMarkAttempted  = `UPDATE deliveries SET attempts = attempts + 1 WHERE id = ?`
 	sqlRecordFailure  = `UPDATE deliveries SET failures = failures + 1 WHERE id = ?`
 	sqlFinishDelivery = `UPDATE deliveries SET state = ?, done_at = ?, done_detail = ? WHERE id = ? AND state = 'pending'`

@@ -82,7 +82,7 @@ func (s *Store) Prune(ctx context.Context, before time.Time) (PruneResult, error
 // rows older than a cutoff in milliseconds.
 const (
 	sqlPruneDeliveries = `DELETE FROM deliveries WHERE seq IN (SELECT seq FROM deliveries
-		WHERE state <> 'pending' AND state <> 'parked' AND done_at < ? ORDER BY done_at LIMIT ?)`
+		WHERE state <> 'pending' AND state <> 'parked' AND state <> 'held' AND done_at < ? ORDER BY done_at LIMIT ?)`
 	sqlPruneApprovals = `DELETE FROM approvals WHERE seq IN (SELECT seq FROM approvals
 		WHERE status <> 'pending' AND decided_at < ? ORDER BY decided_at LIMIT ?)`
 	// The oldest n events, up to the first one that is to be kept: only a

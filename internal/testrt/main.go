@@ -75,7 +75,9 @@ type record struct {
 	Response       json.RawMessage `json:"response,omitempty"`
 	Prompt         string          `json:"prompt,omitempty"`
 	Anomalies      int             `json:"anomalies,omitempty"`
-	Filtered       bool            `json:"filtered,omitempty"` // a verdict's
+	Filtered       bool            `json:"filtered,omitempty"`   // a verdict's
+	Superseded     string          `json:"superseded,omitempty"` // a verdict's
+	Items          int             `json:"items,omitempty"`      // a batch delivery's
 }
 
 type publish struct {
@@ -200,7 +202,7 @@ func main() {
 				if err != nil {
 					return
 				}
-				log.write(record{Event: "verdict", Index: n, SubscriptionID: r.SubscriptionID, Success: r.Success, Detail: r.Detail, Filtered: r.Filtered})
+				log.write(record{Event: "verdict", Index: n, SubscriptionID: r.SubscriptionID, Success: r.Success, Detail: r.Detail, Filtered: r.Filtered, Superseded: r.Superseded})
 				n++
 			}
 		}
@@ -222,7 +224,7 @@ func main() {
 				if err != nil {
 					return
 				}
-				log.write(record{Event: "verdict", Index: n, SubscriptionID: r.SubscriptionID, Success: r.Success, Detail: r.Detail, Filtered: r.Filtered})
+				log.write(record{Event: "verdict", Index: n, SubscriptionID: r.SubscriptionID, Success: r.Success, Detail: r.Detail, Filtered: r.Filtered, Superseded: r.Superseded})
 			}
 		}
 	}
@@ -314,7 +316,7 @@ func main() {
 			deliveries++
 			log.write(record{Event: "delivery", DeliveryID: d.DeliveryID, Redelivered: d.Redelivered, SubscriptionID: d.SubscriptionID,
 				QueryID: d.QueryID, RequestID: d.RequestID, Category: int(d.Category), Bits: d.BandwidthBits, Response: d.Response,
-				Prompt: d.Prompt, Anomalies: len(d.Anomalies), Detail: d.FromAgent})
+				Prompt: d.Prompt, Anomalies: len(d.Anomalies), Detail: d.FromAgent, Items: len(d.Items)})
 			if deliveries == crashAt {
 				os.Exit(3)
 			}
