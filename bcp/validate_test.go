@@ -287,7 +287,7 @@ func TestErrorText(t *testing.T) {
 	if got := CodeOf(fmt.Errorf("plain")); got != "" {
 		t.Errorf("CodeOf(plain) = %q, want empty", got)
 	}
-	if len(Codes) != 15 {
-		t.Errorf("len(Codes) = %d, want the 13 codes of PROTOCOL.md section 6, rate_limited and backlog_full", len(Codes))
+	if len(Codes) != 16 {
+		t.Errorf("len(Codes) = %d, want the 13 codes of PROTOCOL.md section 6, rate_limited, backlog_full and subscribe_limit", len(Codes))
 	}
 }
