@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/bcpgw/bcpgw/internal/yamlnode"
 	"gopkg.in/yaml.v3"
 )
 
@@ -82,29 +83,6 @@ func join(path, key string) string {
 
 func index(path string, i int) string { return fmt.Sprintf("%s[%d]", path, i) }
 
-// describe names a node's kind for error messages.
-func describe(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a map"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.AliasNode:
-		return "an alias"
-	}
-	switch n.Tag {
-	case "!!null":
-		return "nothing"
-	case "!!int":
-		return "an integer"
-	case "!!float":
-		return "a number"
-	case "!!bool":
-		return "a boolean"
-	}
-	return "a string"
-}
-
 // fields maps the keys a mapping may hold to their handlers.
 type fields map[string]func(n *yaml.Node, path string)
 
@@ -113,7 +91,7 @@ type fields map[string]func(n *yaml.Node, path string)
 // document order. It returns false if n is not a mapping.
 func (d *decoder) mapping(n *yaml.Node, path string, fs fields) bool {
 	if n.Kind != yaml.MappingNode {
-		d.fail(n, path, "must be a map, got %s", describe(n))
+		d.fail(n, path, "must be a map, got %s", yamlnode.Describe(n))
 		return false
 	}
 	seen := map[string]int{}
@@ -121,7 +99,7 @@ func (d *decoder) mapping(n *yaml.Node, path string, fs fields) bool {
 		k, v := n.Content[i], n.Content[i+1]
 		p := join(path, k.Value)
 		if k.Kind != yaml.ScalarNode {
-			d.fail(k, path, "keys must be plain names, got %s", describe(k))
+			d.fail(k, path, "keys must be plain names, got %s", yamlnode.Describe(k))
 			continue
 		}
 		if first, dup := seen[k.Value]; dup {
@@ -165,7 +143,7 @@ func knownKeys(fs fields) string {
 // sequence walks a list node, calling fn for each item.
 func (d *decoder) sequence(n *yaml.Node, path string, fn func(item *yaml.Node, path string)) {
 	if n.Kind != yaml.SequenceNode {
-		d.fail(n, path, "must be a list, got %s", describe(n))
+		d.fail(n, path, "must be a list, got %s", yamlnode.Describe(n))
 		return
 	}
 	for i, item := range n.Content {
@@ -183,7 +161,7 @@ func (d *decoder) sequence(n *yaml.Node, path string, fn func(item *yaml.Node, p
 // lists and maps are not.
 func (d *decoder) str(n *yaml.Node, path string) (string, bool) {
 	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
-		d.fail(n, path, "must be a string, got %s", describe(n))
+		d.fail(n, path, "must be a string, got %s", yamlnode.Describe(n))
 		return "", false
 	}
 	return n.Value, true
@@ -203,7 +181,7 @@ func (d *decoder) nonEmpty(n *yaml.Node, path string) (string, bool) {
 // limit should be loud.
 func (d *decoder) integer(n *yaml.Node, path string) (int64, bool) {
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
-		d.fail(n, path, "must be an integer, got %s", describe(n))
+		d.fail(n, path, "must be an integer, got %s", yamlnode.Describe(n))
 		return 0, false
 	}
 	var v int64
@@ -233,7 +211,7 @@ func (d *decoder) atLeast(n *yaml.Node, path string, min int64) (int, bool) {
 
 func (d *decoder) boolean(n *yaml.Node, path string) (bool, bool) {
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" {
-		d.fail(n, path, "must be true or false, got %s", describe(n))
+		d.fail(n, path, "must be true or false, got %s", yamlnode.Describe(n))
 		return false, false
 	}
 	var v bool

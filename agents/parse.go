@@ -15,6 +15,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/bcpgw/bcpgw/bcp"
+	"github.com/bcpgw/bcpgw/internal/yamlnode"
 )
 
 // MaxFileBytes bounds a definition file. Definitions are a page or two;
@@ -115,7 +116,7 @@ func (d *decoder) frontmatter(data []byte, required string) (*yaml.Node, string)
 	}
 	root := doc.Content[0]
 	if root.Kind != yaml.MappingNode {
-		d.fail(root, "", "frontmatter must be a map of fields, got %s", describe(root))
+		d.fail(root, "", "frontmatter must be a map of fields, got %s", yamlnode.Describe(root))
 		return nil, ""
 	}
 	d.lines[""] = 1

@@ -10,6 +10,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/bcpgw/bcpgw/internal/netpolicy"
+	"github.com/bcpgw/bcpgw/internal/yamlnode"
 )
 
 // sandbox decodes the sandbox key: the scalar none, or a map of
@@ -23,12 +24,12 @@ func (d *decoder) sandbox(n *yaml.Node, path string, def *Definition) {
 		case n.Tag == "!!str":
 			d.fail(n, path, "must be none or a map of read_only, read_write and network, got %q", n.Value)
 		default:
-			d.fail(n, path, "must be none or a map of read_only, read_write and network, got %s", describe(n))
+			d.fail(n, path, "must be none or a map of read_only, read_write and network, got %s", yamlnode.Describe(n))
 		}
 		return
 	}
 	if n.Kind != yaml.MappingNode {
-		d.fail(n, path, "must be none or a map of read_only, read_write and network, got %s", describe(n))
+		d.fail(n, path, "must be none or a map of read_only, read_write and network, got %s", yamlnode.Describe(n))
 		return
 	}
 	readOnly := map[string]string{} // path -> its field path
@@ -114,7 +115,7 @@ func (d *decoder) network(n *yaml.Node, path string) Network {
 	switch n.Kind {
 	case yaml.ScalarNode:
 		if n.Tag != "!!str" {
-			d.fail(n, path, "must be none, host or a list of destinations, got %s", describe(n))
+			d.fail(n, path, "must be none, host or a list of destinations, got %s", yamlnode.Describe(n))
 			return none
 		}
 		switch NetworkMode(n.Value) {
@@ -133,7 +134,7 @@ func (d *decoder) network(n *yaml.Node, path string) Network {
 			return none
 		}
 	default:
-		d.fail(n, path, "must be none, host or a list of destinations, got %s", describe(n))
+		d.fail(n, path, "must be none, host or a list of destinations, got %s", yamlnode.Describe(n))
 		return none
 	}
 	nw := Network{Mode: NetworkProxy}

@@ -16,6 +16,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/bcpgw/bcpgw/internal/netpolicy"
+	"github.com/bcpgw/bcpgw/internal/yamlnode"
 )
 
 // Compat names a definition format other than bcpgw's own.
@@ -289,7 +290,7 @@ func (t *triOnyx) unenforced(n *yaml.Node, p, kind string) bool {
 	switch kind {
 	case "list":
 		if n.Kind != yaml.SequenceNode {
-			d.fail(n, p, "must be a list, got %s", describe(n))
+			d.fail(n, p, "must be a list, got %s", yamlnode.Describe(n))
 			return false
 		}
 		_, ok := d.list(n, p, nil)
@@ -407,7 +408,7 @@ func (t *triOnyx) network(n *yaml.Node, p string, def *Definition) Network {
 				add(dest)
 			})
 		default:
-			d.fail(n, p, "must be none, outbound or a list of hosts, got %s", describe(n))
+			d.fail(n, p, "must be none, outbound or a list of hosts, got %s", yamlnode.Describe(n))
 			return Network{Mode: NetworkNone}
 		}
 	}
@@ -630,7 +631,7 @@ func (t *triOnyx) rates(n *yaml.Node, path string) *Rates {
 				count = v
 				window = map[string]time.Duration{"second": time.Second, "minute": time.Minute, "hour": time.Hour}[m[2]]
 			default:
-				d.fail(n, p, "must be 0, N (per hour), or N/second, N/minute, N/hour, got %s", describe(n))
+				d.fail(n, p, "must be 0, N (per hour), or N/second, N/minute, N/hour, got %s", yamlnode.Describe(n))
 				return
 			}
 			switch {

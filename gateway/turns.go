@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/bcpgw/bcpgw/gateway/session"
+	"github.com/bcpgw/bcpgw/internal/clock"
 )
 
 // A turn on its way to an agent's runtime: the one way the outbox
@@ -134,12 +135,5 @@ func replay(err error) <-chan error {
 
 // sleep waits d on the gateway's clock, or until ctx ends (false).
 func (g *Gateway) sleep(ctx context.Context, d time.Duration) bool {
-	t := g.cfg.Clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C():
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return clock.Sleep(ctx, g.cfg.Clock, d)
 }

@@ -18,20 +18,7 @@ const operatorGroup = 4242
 // claims; others cannot even reach the socket, and one that does (the
 // modes loosened by hand) is refused like any other user.
 func TestOperatorGroupMembersAreServed(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("needs root: the test runs clients as other uids (SysProcAttr.Credential)")
-	}
-	dir, err := os.MkdirTemp("/tmp", "ctlog")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	binary := filepath.Join(dir, "control.test")
-	copyFile(t, os.Args[0], binary, 0o755)
-	ts := startServerAt(t, filepath.Join(dir, "state", SocketName), newFakeBackend(), ServerConfig{OperatorGroup: operatorGroup,
+	ts, binary := otherUIDSetupWith(t, ServerConfig{OperatorGroup: operatorGroup,
 		PeerPolicy: PeerPolicy{GatewayPID: notAncestor(t)}}) // the test's children are the clients
 
 	// The modes ListenGroup made: the directory traversable by the group

@@ -52,6 +52,12 @@ const nobody = 65534
 // /tmp holding the socket and a copy of the test binary.
 func otherUIDSetup(t *testing.T) (ts *testServer, binary string) {
 	t.Helper()
+	return otherUIDSetupWith(t, ServerConfig{})
+}
+
+// otherUIDSetupWith is otherUIDSetup with a server of cfg.
+func otherUIDSetupWith(t *testing.T, cfg ServerConfig) (ts *testServer, binary string) {
+	t.Helper()
 	if os.Getuid() != 0 {
 		t.Skip("needs root: the test runs a client as uid 65534 (SysProcAttr.Credential)")
 	}
@@ -66,7 +72,7 @@ func otherUIDSetup(t *testing.T) (ts *testServer, binary string) {
 	binary = filepath.Join(dir, "control.test")
 	copyFile(t, os.Args[0], binary, 0o755)
 
-	ts = startServerAt(t, filepath.Join(dir, "state", SocketName), newFakeBackend(), ServerConfig{})
+	ts = startServerAt(t, filepath.Join(dir, "state", SocketName), newFakeBackend(), cfg)
 	return ts, binary
 }
 

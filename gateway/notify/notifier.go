@@ -299,14 +299,7 @@ func (n *Notifier) run(ctx context.Context, l *loop) {
 
 // sleep waits d on the notifier's clock; false if ctx ended first.
 func (n *Notifier) sleep(ctx context.Context, d time.Duration) bool {
-	t := n.cfg.Clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C():
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return clock.Sleep(ctx, n.cfg.Clock, d)
 }
 
 // verdict is how the delivery of one event ended.

@@ -22,6 +22,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/bcpgw/bcpgw/agents"
+	"github.com/bcpgw/bcpgw/internal/yamlnode"
 )
 
 // Format is how a target wants its notifications written.
@@ -226,7 +227,7 @@ func (d *decoder) file0(data []byte, ts *Targets) {
 // go to their handlers in file order.
 func (d *decoder) mapping(n *yaml.Node, p string, fields map[string]func(*yaml.Node, string)) bool {
 	if n.Kind != yaml.MappingNode {
-		d.fail(n, p, "must be a map, got %s", describe(n))
+		d.fail(n, p, "must be a map, got %s", yamlnode.Describe(n))
 		return false
 	}
 	seen := map[string]int{}
@@ -253,7 +254,7 @@ func (d *decoder) targets(n *yaml.Node, p string, ts *Targets) {
 		return
 	}
 	if n.Kind != yaml.SequenceNode {
-		d.fail(n, p, "must be a list of targets, got %s", describe(n))
+		d.fail(n, p, "must be a list of targets, got %s", yamlnode.Describe(n))
 		return
 	}
 	names := map[string]int{}
@@ -283,7 +284,7 @@ func (d *decoder) target(n *yaml.Node, p string) *Target {
 				*node = v
 			}
 			if v.Kind != yaml.ScalarNode || v.Tag != "!!str" {
-				d.fail(v, vp, "must be a string, got %s", describe(v))
+				d.fail(v, vp, "must be a string, got %s", yamlnode.Describe(v))
 				return
 			}
 			*dst = v.Value
@@ -366,7 +367,7 @@ func (d *decoder) target(n *yaml.Node, p string) *Target {
 func (d *decoder) envVar(dst *string) func(*yaml.Node, string) {
 	return func(v *yaml.Node, vp string) {
 		if v.Kind != yaml.ScalarNode || v.Tag != "!!str" {
-			d.fail(v, vp, "must be the name of an environment variable, got %s", describe(v))
+			d.fail(v, vp, "must be the name of an environment variable, got %s", yamlnode.Describe(v))
 			return
 		}
 		if !envName.MatchString(v.Value) {
@@ -394,7 +395,7 @@ func (d *decoder) lineOf(n *yaml.Node, key string) int {
 // that a typo cannot silently send nothing.
 func (d *decoder) patterns(n *yaml.Node, p string) []string {
 	if n.Kind != yaml.SequenceNode {
-		d.fail(n, p, "must be a list of event kinds or patterns, got %s", describe(n))
+		d.fail(n, p, "must be a list of event kinds or patterns, got %s", yamlnode.Describe(n))
 		return nil
 	}
 	if len(n.Content) == 0 {
@@ -405,7 +406,7 @@ func (d *decoder) patterns(n *yaml.Node, p string) []string {
 	for i, item := range n.Content {
 		ip := fmt.Sprintf("%s[%d]", p, i)
 		if item.Kind != yaml.ScalarNode || item.Tag != "!!str" {
-			d.fail(item, ip, "must be an event kind or pattern (a string), got %s", describe(item))
+			d.fail(item, ip, "must be an event kind or pattern (a string), got %s", yamlnode.Describe(item))
 			continue
 		}
 		if err := CheckPattern(item.Value); err != nil {
@@ -478,28 +479,6 @@ func validFormat(f Format) bool {
 		}
 	}
 	return false
-}
-
-func describe(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a map"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.AliasNode:
-		return "an alias"
-	}
-	switch n.Tag {
-	case "!!null":
-		return "nothing"
-	case "!!int":
-		return "an integer"
-	case "!!float":
-		return "a number"
-	case "!!bool":
-		return "a boolean"
-	}
-	return "a string"
 }
 
 func join(p, key string) string {

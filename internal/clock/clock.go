@@ -5,6 +5,7 @@
 package clock
 
 import (
+	"context"
 	"sync"
 	"time"
 )
@@ -120,4 +121,17 @@ func (c *Fake) PendingFor(d time.Duration) bool {
 		}
 	}
 	return false
+}
+
+// Sleep waits d on c, or until ctx ends; it reports whether the whole of
+// d passed.
+func Sleep(ctx context.Context, c Clock, d time.Duration) bool {
+	t := c.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
