@@ -219,6 +219,11 @@ yourself is refused. A rejection by anyone ends it.`,
 						a.ID, a.Progress(), a.Category, a.Reader, a.Required-len(a.Approvals))
 					return nil
 				}
+				if a.Kind == control.KindSubscription {
+					fmt.Fprintf(cmd.OutOrStdout(), "Approved %s: subscription %s is active: %s may push Cat-%d (%.1f bits each) to %s, which is told.\n",
+						a.ID, a.SubscriptionID, a.Reader, a.Category, a.BandwidthBits, a.Controller)
+					return nil
+				}
 				fmt.Fprintf(cmd.OutOrStdout(), "Approved %s: Cat-%d from %s, %.1f bits, queued for delivery to %s.\n",
 					a.ID, a.Category, a.Reader, a.BandwidthBits, a.Controller)
 				return nil
