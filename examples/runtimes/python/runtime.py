@@ -257,7 +257,7 @@ class Applied:
 
     def apply(self, d):
         record = {k: d.get(k) for k in ("delivery_id", "from_agent", "subscription_id", "query_id",
-                                         "request_id", "category", "response", "anomalies")}
+                                         "request_id", "category", "response", "anomalies", "items")}
         with open(self.path, "ab") as f:
             f.write(json.dumps(record).encode() + b"\n")
             f.flush()
