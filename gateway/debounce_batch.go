@@ -190,6 +190,8 @@ func (g *Gateway) superseded(old, newer store.Delivery) {
 		g.mu.Unlock()
 	}
 	g.metrics.pushSuperseded()
+	g.metrics.subscriptionFigure(store.Event{Kind: "push_superseded", Agent: old.Reader, Peer: old.Controller, Bits: old.Bits,
+		Subscription: old.SubscriptionID})
 	g.log.Debug("push superseded", "delivery", old.ID, "by", newer.ID, "controller", old.Controller)
 }
 

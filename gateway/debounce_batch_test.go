@@ -146,6 +146,18 @@ func TestDebounceReplacesAPendingPush(t *testing.T) {
 	if n := e.gw.backlog.pending(store.Pair{Controller: "main", Reader: "researcher"}); n != 0 {
 		t.Errorf("backlog %d after everything was delivered, want 0", n)
 	}
+	// The subscription's figures say the same: four accepted, two of them
+	// superseded, two delivered, the bits of two.
+	if err := e.gw.cfg.Store.Flush(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	figs, err := e.gw.cfg.Store.SubscriptionFigures(testCtx(t), "main")
+	if err != nil || len(figs) != 1 {
+		t.Fatalf("figures = %+v, %v", figs, err)
+	}
+	if f := figs[0]; f.ID != "keyed" || f.Accepted != 4 || f.Superseded != 2 || f.Delivered != 2 || math.Abs(f.Bits-2*bits) > 1e-9 {
+		t.Errorf("figures of keyed = %+v, want 4 accepted, 2 superseded, 2 delivered, %v bits", f, 2*bits)
+	}
 }
 
 // TestDebounceWindow: a push accepted more than the window ago is not

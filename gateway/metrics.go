@@ -104,7 +104,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"agent"}),
 		subPushes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bcpgw_subscription_pushes_total",
-			Help: "Pushes on each subscription by outcome: accepted (stored for delivery), held (for an operator), filtered (kept from the Controller by the subscription's filter), refused, delivered (acknowledged by the Controller). Only subscriptions of the definitions in force (or approved at run time) are labels.",
+			Help: "Pushes on each subscription by outcome: accepted (stored for delivery), held (for an operator), filtered (kept from the Controller by the subscription's filter), superseded (replaced by a newer push before delivery), refused, delivered (deliveries acknowledged by the Controller; a batch is one). Only subscriptions of the definitions in force (or approved at run time) are labels.",
 		}, []string{"controller", "reader", "subscription", "outcome"}),
 		subBits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bcpgw_subscription_bits_total",

@@ -99,7 +99,7 @@ func (v storeView) report(ctx context.Context, agent string, controller func(age
 	r := control.Report{Sessions: []control.SessionExposure{}, Subscriptions: make([]control.SubscriptionFigures, 0, len(figures))}
 	for _, f := range figures {
 		r.Subscriptions = append(r.Subscriptions, control.SubscriptionFigures{
-			Controller: f.Controller, Reader: f.Reader, ID: f.ID, Accepted: f.Accepted, Held: f.Held, Filtered: f.Filtered,
+			Controller: f.Controller, Reader: f.Reader, ID: f.ID, Accepted: f.Accepted, Held: f.Held, Filtered: f.Filtered, Superseded: f.Superseded,
 			Refused: f.Refused, Delivered: f.Delivered, Bits: f.Bits, RefusedBy: f.RefusedBy,
 		})
 	}

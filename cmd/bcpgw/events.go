@@ -231,6 +231,9 @@ func writeReport(w io.Writer, r control.Report) {
 		if f.Held > 0 {
 			fmt.Fprintf(w, " (%d held for review)", f.Held)
 		}
+		if f.Superseded > 0 {
+			fmt.Fprintf(w, ", %d superseded", f.Superseded)
+		}
 		fmt.Fprintf(w, ", %d delivered, %d filtered, %d refused", f.Delivered, f.Filtered, f.Refused)
 		if len(f.RefusedBy) > 0 {
 			codes := make([]string, 0, len(f.RefusedBy))

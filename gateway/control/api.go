@@ -329,12 +329,13 @@ type SubscriptionFigures struct {
 	Controller string  `json:"controller"`
 	Reader     string  `json:"reader"`
 	ID         string  `json:"id"`
-	Accepted   int64   `json:"accepted"` // stored for delivery or held for review
-	Held       int64   `json:"held"`     // of those, held for an operator
-	Filtered   int64   `json:"filtered"` // accepted but kept from the Controller by its filter
+	Accepted   int64   `json:"accepted"`   // stored for delivery or held for review
+	Held       int64   `json:"held"`       // of those, held for an operator
+	Filtered   int64   `json:"filtered"`   // accepted but kept from the Controller by its filter
+	Superseded int64   `json:"superseded"` // accepted, then replaced by a newer push (debounce)
 	Refused    int64   `json:"refused"`
-	Delivered  int64   `json:"delivered"` // acknowledged by the Controller
-	Bits       float64 `json:"bits"`      // charged for the accepted pushes
+	Delivered  int64   `json:"delivered"` // acknowledged by the Controller (a batch is one delivery)
+	Bits       float64 `json:"bits"`      // charged for the accepted pushes, less the superseded ones
 	// RefusedBy counts the refusals by error code.
 	RefusedBy map[string]int64 `json:"refused_by"`
 }

@@ -164,7 +164,7 @@ func supersede(tx *wtx, old *Delivery, d Delivery, ev Event) error {
 	}
 	prev := old.State
 	old.State, old.DoneAt, old.DoneDetail = DeliverySuperseded, d.CreatedAt, why
-	ev.Ref, ev.Bits = old.ID, old.Bits
+	ev.Ref, ev.Bits, ev.Subscription = old.ID, old.Bits, old.SubscriptionID // counted in its figures
 	if ev.Detail == "" {
 		ev.Detail = fmt.Sprintf("delivery %s (%s) superseded by %s before it was delivered", old.ID, prev, d.ID)
 	}

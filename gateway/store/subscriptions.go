@@ -23,19 +23,20 @@ type SubscriptionFigures struct {
 	Accepted   int64 // pushes accepted: delivered or held for review
 	Held       int64 // of those, held for an operator
 	Filtered   int64 // accepted but kept from the Controller by its filter
+	Superseded int64 // accepted, then replaced by a newer push (debounce)
 	Refused    int64
-	Delivered  int64 // deliveries the Controller acknowledged
-	Bits       float64
+	Delivered  int64   // deliveries the Controller acknowledged (a batch is one)
+	Bits       float64 // charged for the accepted pushes, less the superseded ones
 	// RefusedBy counts the refusals by error code.
 	RefusedBy map[string]int64
 }
 
 // The statements that keep the figures. Each upsert adds to one column.
 const (
-	sqlFigureUpsert = `INSERT INTO subscription_figures (controller, reader, id, accepted, held, filtered, refused, delivered, bits)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+	sqlFigureUpsert = `INSERT INTO subscription_figures (controller, reader, id, accepted, held, filtered, superseded, refused, delivered, bits)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (controller, reader, id) DO UPDATE SET accepted = accepted + excluded.accepted, held = held + excluded.held,
-		filtered = filtered + excluded.filtered, refused = refused + excluded.refused,
+		filtered = filtered + excluded.filtered, superseded = superseded + excluded.superseded, refused = refused + excluded.refused,
 		delivered = delivered + excluded.delivered, bits = bits + excluded.bits`
 	sqlRefusalUpsert = `INSERT INTO subscription_refusals (controller, reader, id, code, n) VALUES (?, ?, ?, ?, 1)
 		ON CONFLICT (controller, reader, id, code) DO UPDATE SET n = n + 1`
@@ -44,7 +45,8 @@ const (
 // FigureOf says what a tagged event (Event.Subscription set) adds to its
 // subscription's figures: the channel it counts for, and its outcome:
 // "accepted" (stored for delivery), "held" (for an operator), "filtered",
-// "refused" or "delivered" (acknowledged by the Controller). ok is false
+// "superseded" (replaced by a newer push), "refused" or "delivered"
+// (acknowledged by the Controller). ok is false
 // for an event that adds nothing. The event's Agent is the Reader for
 // what a Reader sent, and the Controller for an acknowledgment.
 func FigureOf(e Event) (controller, reader, outcome string, ok bool) {
@@ -58,6 +60,8 @@ func FigureOf(e Event) (controller, reader, outcome string, ok bool) {
 		return e.Peer, e.Agent, "held", true
 	case "push_filtered":
 		return e.Peer, e.Agent, "filtered", true
+	case "push_superseded":
+		return e.Peer, e.Agent, "superseded", true
 	case "refused":
 		return e.Peer, e.Agent, "refused", true
 	case "delivery_acked":
@@ -73,7 +77,7 @@ func recordFigures(tx execer, e *Event) error {
 	if !ok {
 		return nil
 	}
-	var accepted, held, filtered, refused, delivered int64
+	var accepted, held, filtered, superseded, refused, delivered int64
 	var bits float64
 	switch outcome {
 	case "accepted":
@@ -82,13 +86,15 @@ func recordFigures(tx execer, e *Event) error {
 		accepted, held, bits = 1, 1, e.Bits
 	case "filtered":
 		filtered = 1
+	case "superseded":
+		superseded, bits = 1, -e.Bits // it never reached the Controller
 	case "refused":
 		refused = 1
 	case "delivered":
 		delivered = 1
 	}
 	sub := clip(e.Subscription, maxEventName)
-	if _, err := tx.Exec(sqlFigureUpsert, controller, reader, sub, accepted, held, filtered, refused, delivered, bits); err != nil {
+	if _, err := tx.Exec(sqlFigureUpsert, controller, reader, sub, accepted, held, filtered, superseded, refused, delivered, bits); err != nil {
 		return fmt.Errorf("subscription figures: %w", err)
 	}
 	if refused == 1 && e.Code != "" {
@@ -108,7 +114,7 @@ func (s *Store) SubscriptionFigures(ctx context.Context, controller string) ([]S
 		return nil, fmt.Errorf("read subscription figures: %w", err)
 	}
 	defer tx.Rollback()
-	rows, err := tx.QueryContext(ctx, `SELECT controller, reader, id, accepted, held, filtered, refused, delivered, bits
+	rows, err := tx.QueryContext(ctx, `SELECT controller, reader, id, accepted, held, filtered, superseded, refused, delivered, bits
 		FROM subscription_figures WHERE ? = '' OR controller = ? ORDER BY controller, reader, id`, controller, controller)
 	if err != nil {
 		return nil, fmt.Errorf("read subscription figures: %w", err)
@@ -117,7 +123,7 @@ func (s *Store) SubscriptionFigures(ctx context.Context, controller string) ([]S
 	index := map[[3]string]int{}
 	for rows.Next() {
 		var f SubscriptionFigures
-		if err := rows.Scan(&f.Controller, &f.Reader, &f.ID, &f.Accepted, &f.Held, &f.Filtered, &f.Refused, &f.Delivered, &f.Bits); err != nil {
+		if err := rows.Scan(&f.Controller, &f.Reader, &f.ID, &f.Accepted, &f.Held, &f.Filtered, &f.Superseded, &f.Refused, &f.Delivered, &f.Bits); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("read subscription figures: %w", err)
 		}

@@ -19,6 +19,8 @@ func TestSubscriptionFiguresFollowTaggedEvents(t *testing.T) {
 	}
 	push("publish_accepted", "", 3, "alerts")
 	push("publish_accepted", "", 3, "alerts")
+	push("publish_accepted", "", 3, "alerts")
+	push("push_superseded", "", 3, "alerts") // the third replaced one of them: its bits come off
 	push("approval_queued", "", 120.5, "digest")
 	push("push_filtered", "", 0, "alerts")
 	push("refused", "rate_limited", 0, "alerts")
@@ -35,7 +37,7 @@ func TestSubscriptionFiguresFollowTaggedEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []SubscriptionFigures{
-		{Controller: "main", Reader: "researcher", ID: "alerts", Accepted: 2, Filtered: 1, Refused: 3, Delivered: 1, Bits: 6,
+		{Controller: "main", Reader: "researcher", ID: "alerts", Accepted: 3, Filtered: 1, Superseded: 1, Refused: 3, Delivered: 1, Bits: 6,
 			RefusedBy: map[string]int64{"rate_limited": 2, "validation_failed": 1}},
 		{Controller: "main", Reader: "researcher", ID: "digest", Accepted: 1, Held: 1, Bits: 120.5, RefusedBy: map[string]int64{}},
 	}

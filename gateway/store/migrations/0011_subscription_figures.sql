@@ -13,8 +13,9 @@ CREATE TABLE subscription_figures (
 	held       INTEGER NOT NULL DEFAULT 0, -- of those, held for an operator
 	filtered   INTEGER NOT NULL DEFAULT 0, -- accepted, kept from the Controller by its filter
 	refused    INTEGER NOT NULL DEFAULT 0,
-	delivered  INTEGER NOT NULL DEFAULT 0, -- deliveries the Controller acknowledged
-	bits       REAL    NOT NULL DEFAULT 0, -- bits charged for the accepted pushes
+	superseded INTEGER NOT NULL DEFAULT 0, -- accepted, then replaced by a newer push (debounce)
+	delivered  INTEGER NOT NULL DEFAULT 0, -- deliveries the Controller acknowledged (a batch is one)
+	bits       REAL    NOT NULL DEFAULT 0, -- bits charged for the accepted pushes, less the superseded ones
 	PRIMARY KEY (controller, reader, id)
 ) WITHOUT ROWID;
 
