@@ -533,15 +533,22 @@ func seqs(evs []Event) string {
 // The helper process: the test binary re-executed (as another uid) to be
 // a client of a socket.
 const (
-	helperEnv       = "CONTROL_TEST_HELPER"
-	helperSocketEnv = "CONTROL_TEST_SOCKET"
+	helperEnv        = "CONTROL_TEST_HELPER"
+	helperSocketEnv  = "CONTROL_TEST_SOCKET"
+	helperRequestEnv = "CONTROL_TEST_REQUEST" // mode "request": the line to send
 )
 
-// runHelper dials the socket at path, sends a status request and prints
-// the first line it gets back as "REPLY <line>". A failed connect prints
-// "DIAL-ERROR eacces=<bool>: <error>".
+// runHelper dials the socket at path, sends a status request (mode
+// "status") or the line in CONTROL_TEST_REQUEST (mode "request") and
+// prints the first line it gets back as "REPLY <line>". A failed connect
+// prints "DIAL-ERROR eacces=<bool>: <error>".
 func runHelper(mode, path string) int {
-	if mode != "status" {
+	line := reqLine(1, MethodStatus, nil)
+	switch mode {
+	case "status":
+	case "request":
+		line = os.Getenv(helperRequestEnv)
+	default:
 		fmt.Printf("HELPER-ERROR: unknown mode %q\n", mode)
 		return 2
 	}
@@ -552,12 +559,12 @@ func runHelper(mode, path string) int {
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(hangGuard))
-	if _, err := c.Write([]byte(reqLine(1, MethodStatus, nil) + "\n")); err != nil {
+	if _, err := c.Write([]byte(line + "\n")); err != nil {
 		// The server may have refused and closed already; the reply
 		// below still tells.
 		fmt.Fprintf(os.Stderr, "write: %v\n", err)
 	}
-	line, err := bufio.NewReader(c).ReadString('\n')
+	line, err = bufio.NewReader(c).ReadString('\n')
 	if err != nil && line == "" {
 		fmt.Printf("READ-ERROR: %v\n", err)
 		return 0

@@ -39,7 +39,8 @@ func Listen(path string) (*Listener, error) {
 // socket by its name but not list the directory, and the socket 0660
 // with group gid. Everything else in the state directory stays the
 // gateway user's own: the state file is 0600 and the agents' working
-// directories 0700.
+// directories 0700, and any entry already there with a group or other
+// bit (a state file restored 0644) loses it before the group is let in.
 func ListenGroup(path string, gid int) (*Listener, error) {
 	if err := prepareDir(filepath.Dir(path), gid); err != nil {
 		return nil, err
@@ -102,6 +103,13 @@ func prepareDir(dir string, gid int) error {
 		return fmt.Errorf("state directory: %s belongs to uid %d, not to this user (uid %d): use a directory of your own", dir, st.Uid, os.Getuid())
 	}
 	if gid > 0 {
+		// The group may reach, by name, whatever in dir lets it: the
+		// 0700 directory no longer guards a state file made 0644 by hand
+		// or by a restore, its WAL, or a work directory made 0755. So
+		// nothing in it keeps a group or other bit first.
+		if err := tightenEntries(dir); err != nil {
+			return err
+		}
 		if err := os.Chown(dir, -1, gid); err != nil {
 			return fmt.Errorf("state directory: give %s group %d: %w", dir, gid, err)
 		}
@@ -113,6 +121,38 @@ func prepareDir(dir string, gid int) error {
 	if fi.Mode().Perm()&0o077 != 0 {
 		if err := os.Chmod(dir, 0o700); err != nil {
 			return fmt.Errorf("state directory: tighten %s to 0700: %w", dir, err)
+		}
+	}
+	return nil
+}
+
+// tightenEntries takes the group and other bits off every entry of dir
+// (not following symbolic links, which have no mode of their own), so
+// that a group let through dir reaches nothing in it. The socket of
+// another gateway would be reached by name here too, but it answers
+// only its own operators, and Listen refuses a live one anyway.
+func tightenEntries(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	for _, e := range entries {
+		if e.Type()&fs.ModeSymlink != 0 {
+			continue
+		}
+		path := filepath.Join(dir, e.Name())
+		fi, err := os.Lstat(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("state directory: %w", err)
+		}
+		if fi.Mode()&fs.ModeSymlink != 0 || fi.Mode().Perm()&0o077 == 0 {
+			continue
+		}
+		if err := os.Chmod(path, fi.Mode().Perm()&^0o077); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("state directory: tighten %s to %v: %w", path, fi.Mode().Perm()&^0o077, err)
 		}
 	}
 	return nil

@@ -99,8 +99,9 @@ func (pp PeerPolicy) Check(pid int) error {
 }
 
 // member refuses pid unless it runs as uid and holds group gid, as its
-// primary group or a supplementary one (read from Proc/<pid>/status, the
-// kernel's view, not the peer's claim). The refusal says no more than
+// primary (real) group or a supplementary one (read from
+// Proc/<pid>/status, the kernel's view, not the peer's claim); an
+// effective group from a setgid program does not count. The refusal says no more than
 // the uid check would: another user learns nothing of the policy.
 func (pp PeerPolicy) member(pid, uid, gid int) error {
 	pp = pp.withDefaults()
@@ -126,8 +127,11 @@ func (pp PeerPolicy) member(pid, uid, gid int) error {
 			for _, f := range fields {
 				uidOK = uidOK && f == strconv.Itoa(uid)
 			}
-		case "Gid": // the effective group counts
-			member = member || len(fields) > 1 && fields[1] == want
+		case "Gid": // the real group: the user's primary group
+			// Not the effective one: a setgid program of the group, run
+			// by anyone, has it as its effective group (and can reach
+			// the socket by it), but does not make its user a member.
+			member = member || len(fields) > 0 && fields[0] == want
 		case "Groups":
 			for _, f := range fields {
 				member = member || f == want

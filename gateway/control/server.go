@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"os/user"
@@ -104,11 +105,15 @@ type ServerConfig struct {
 // CheckOperatorGroup says whether a gateway running as uid self can serve
 // the members of group gid: it must run as root (only root can read
 // another user's namespaces, which the peer policy compares), and gid
-// must not be root's group.
+// must be a gid (below 2^32-1) other than root's group.
 func CheckOperatorGroup(gid, self int) error {
 	switch {
 	case gid <= 0:
 		return fmt.Errorf("operator group %d: give a group other than root's (gid 0)", gid)
+	case gid >= math.MaxUint32:
+		// chown takes a 32-bit gid: a larger one would wrap (2^32 is
+		// root's group again), and 2^32-1 means "leave the group as it is".
+		return fmt.Errorf("operator group %d: not a gid (at most %d)", gid, math.MaxUint32-1)
 	case self != 0:
 		return fmt.Errorf("operator group %d: only a gateway running as root can check other users' processes before it trusts them; run bcpgw as root, or decide as the gateway's user", gid)
 	}
@@ -270,6 +275,9 @@ type conn struct {
 	s    *Server
 	c    *net.UnixConn
 	peer Peer
+	// member is a peer served only as a member of the operator group
+	// (ServerConfig.OperatorGroup), not as the gateway's user or root.
+	member bool
 
 	ctx       context.Context // ends when the connection closes
 	cancel    context.CancelFunc
@@ -302,6 +310,7 @@ type subscription struct {
 func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
 	defer c.Close()
 	peer, err := peerCred(c)
+	member := false
 	if err != nil {
 		peer = Peer{UID: -1, GID: -1} // unknown: refused
 	} else if err = Authorize(peer, s.uid); err == nil || s.cfg.OperatorGroup > 0 {
@@ -310,7 +319,7 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
 		// user who is neither must hold the operator group; the process
 		// is held (its pidfd) while its groups are read, so its pid
 		// cannot be another's by then.
-		member := err != nil
+		member = err != nil
 		err = checkPeerProcess(c, peer.PID, func(pid int) error {
 			if member {
 				if err := s.cfg.PeerPolicy.member(pid, peer.UID, s.cfg.OperatorGroup); err != nil {
@@ -327,7 +336,7 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
 		return
 	}
 	peer.User = userName(peer.UID)
-	cc := &conn{s: s, c: c, peer: peer, out: make(chan []byte, outQueue), slots: make(chan struct{}, maxInFlight), subs: map[string]*subscription{}}
+	cc := &conn{s: s, c: c, peer: peer, member: member, out: make(chan []byte, outQueue), slots: make(chan struct{}, maxInFlight), subs: map[string]*subscription{}}
 	cc.ctx, cc.cancel = context.WithCancel(ctx)
 	defer cc.cancel()
 	cc.lastActive = time.Now()
