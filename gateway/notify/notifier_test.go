@@ -332,6 +332,9 @@ func TestNotifierRetriesWithBackoffThenCatchesUp(t *testing.T) {
 	rcv.answer(func(int) int { return 200 })
 	waitFor(t, "the wait of 300s", func() bool { return c.PendingFor(MaxBackoff) })
 	c.Advance(MaxBackoff)
+	// Received (its signature checked at the time it was sent) before the
+	// clock moves on.
+	waitFor(t, "attempt 14", func() bool { return len(rcv.requests()) == 14 })
 	waitFor(t, "the attempt's timeout", func() bool { return c.PendingFor(DefaultTimeout) })
 	c.Advance(DefaultTimeout)
 	waitFor(t, "the wait after a timeout", func() bool { return c.PendingFor(MaxBackoff) })
