@@ -50,6 +50,14 @@ import (
 // below a runtime's line limit (1 MiB by default).
 const MaxBatchBytes = 256 << 10
 
+// MaxBatchLine bounds the line that delivers a batch, as
+// store.BatchLineWeight estimates it from above: a push that would take
+// its batch past it closes the batch without it. 256 KiB of responses
+// alone can make more than a MiB of line (each response is there twice,
+// and the prompt JSON-escapes it again: a value of backslashes doubles
+// twice), which a runtime cannot read.
+const MaxBatchLine = runtime.DefaultMaxLine - 16<<10
+
 // pushPolicy keeps what debounce and batching need in memory: what each
 // debounced push still pending cost (to refund it if it is superseded),
 // and the timer of each open batch.
@@ -131,7 +139,7 @@ func (g *Gateway) storePush(reply *session.PendingReply, a admitted, sub *agents
 		}
 	}
 	if sub.Batch != nil {
-		p.Batch, p.BatchMax, p.BatchMaxBytes = true, sub.Batch.Max, MaxBatchBytes
+		p.Batch, p.BatchMax, p.BatchMaxBytes, p.BatchMaxLine = true, sub.Batch.Max, MaxBatchBytes, MaxBatchLine
 		p.Close = store.Event{Time: now, Kind: "batch_closed", Detail: fmt.Sprintf("its max of %d pushes (or %d KiB) reached", sub.Batch.Max, MaxBatchBytes>>10)}
 	}
 	g.cfg.Store.AddPushThen(d, p, []store.Event{ev}, func(out store.PushOutcome, err error) {
@@ -154,6 +162,10 @@ func (g *Gateway) storePush(reply *session.PendingReply, a admitted, sub *agents
 		if old := out.Superseded; old != nil {
 			g.superseded(*old, stored)
 			verdict.Superseded = old.ID
+		}
+		if b := out.ClosedBefore; b != nil { // before the push's own
+			g.policy.batchClosed(b, "line")
+			g.outbox.enqueue(*b)
 		}
 		switch {
 		case out.Closed != nil:
@@ -420,7 +432,7 @@ func newPolicyMetrics(reg prometheus.Registerer) *policyMetrics {
 		}),
 		batches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bcpgw_batches_total",
-			Help: "Batches closed into one delivery, by why: max (its max pushes or bytes reached) or window (its window passed).",
+			Help: "Batches closed into one delivery, by why: max (its max pushes or bytes reached), line (the next push would have made its delivery too long a line) or window (its window passed).",
 		}, []string{"why"}),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "bcpgw_batch_pushes",
@@ -430,6 +442,7 @@ func newPolicyMetrics(reg prometheus.Registerer) *policyMetrics {
 	}
 	m.batches.WithLabelValues("max")
 	m.batches.WithLabelValues("window")
+	m.batches.WithLabelValues("line")
 	reg.MustRegister(m.superseded, m.batches, m.batchSize)
 	return m
 }

@@ -44,10 +44,15 @@ type PushPolicy struct {
 	// Batch says the push goes into its subscription's open batch (one
 	// is opened if there is none). The batch is closed in the same
 	// transaction once it holds BatchMax pushes or BatchMaxBytes of
-	// responses.
+	// responses (in bytes, not characters). If BatchMaxLine is set, a
+	// push that would take the open batch's delivery line (its
+	// BatchLineWeight) past it closes that batch first, without the
+	// push, which opens the next one: a batch never becomes a line its
+	// Controller's runtime cannot read.
 	Batch         bool
 	BatchMax      int
 	BatchMaxBytes int
+	BatchMaxLine  int
 	// Supersede is the event recorded about a superseded push, filled in
 	// with its id (Ref) and bits.
 	Supersede Event
@@ -61,6 +66,24 @@ type PushOutcome struct {
 	Superseded *Delivery // the push it replaced, now superseded
 	Opened     bool      // the push opened its batch: the window starts
 	Closed     *Delivery // the batch delivery it closed, pending
+	// ClosedBefore is the open batch the push closed without joining it,
+	// since it would have made the batch too long a line (BatchMaxLine).
+	ClosedBefore *Delivery
+}
+
+// BatchLineWeight bounds what one push adds, in bytes, to the line that
+// delivers its batch: its response is there twice (the batch's list and
+// its item) and once more in the prompt, where JSON-escaping a stored
+// value (whose only escapable bytes are '"' and a backslash) at most doubles
+// it; its anomalies likewise (the batch's, the item's, the prompt's); and
+// some framing (the item's id and bits, the prompt's "Push i of n").
+// Sizes are bytes: a stored response keeps non-ASCII text as UTF-8.
+const batchLineWeight = `4 * (length(CAST(response AS BLOB)) + length(CAST(anomalies AS BLOB))) + 256`
+
+// BatchLineWeight is batchLineWeight for a push not yet stored.
+func BatchLineWeight(d Delivery) int {
+	anomalies, _ := json.Marshal(nonNilAnomalies(d.Anomalies))
+	return 4*(len(d.Response)+len(anomalies)) + 256
 }
 
 // AddPushThen stores an accepted push under p, with its events, in one
@@ -81,6 +104,21 @@ func (s *Store) AddPushThen(d Delivery, p PushPolicy, events []Event, then func(
 			id, err := openBatch(tx, stored)
 			if err != nil {
 				return err
+			}
+			if id != "" && p.BatchMaxLine > 0 {
+				var line int
+				if err := tx.QueryRow(`SELECT coalesce(sum(`+batchLineWeight+`), 0) FROM deliveries
+					WHERE batch_id = ? AND batch_id <> '' AND state = 'held'`, id).Scan(&line); err != nil {
+					return fmt.Errorf("measure batch %s: %w", id, err)
+				}
+				if line+BatchLineWeight(stored) > p.BatchMaxLine {
+					ev := p.Close
+					ev.Detail = "the next push would make it too long a delivery"
+					if out.ClosedBefore, err = closeBatch(tx, id, d.CreatedAt, ev); err != nil {
+						return err
+					}
+					id = ""
+				}
 			}
 			if id == "" {
 				id, out.Opened = NewID("dl-", 16), true
@@ -110,7 +148,7 @@ func (s *Store) AddPushThen(d Delivery, p PushPolicy, events []Event, then func(
 			return nil
 		}
 		var n, size int
-		if err := tx.QueryRow(`SELECT count(*), coalesce(sum(length(response)), 0) FROM deliveries
+		if err := tx.QueryRow(`SELECT count(*), coalesce(sum(length(CAST(response AS BLOB))), 0) FROM deliveries
 			WHERE batch_id = ? AND batch_id <> '' AND state = 'held'`, stored.BatchID).Scan(&n, &size); err != nil {
 			return fmt.Errorf("count batch %s: %w", stored.BatchID, err)
 		}
