@@ -309,9 +309,10 @@ type Subscription struct {
 	// Filter decides which accepted pushes are delivered (filter); nil:
 	// every one.
 	Filter *Filter
-	// Debounce and Batch are decoded and checked, but not enforced yet:
-	// Load refuses a definition that sets them, so they are nil in a
-	// loaded set (policy.go).
+	// Debounce replaces a push not yet delivered by a newer one with the
+	// same key value (debounce); Batch holds pushes and delivers them as
+	// one (batch). nil: neither. Cat-1 and Cat-2 only (policy.go); the
+	// gateway enforces them (gateway/debounce_batch.go).
 	Debounce *Debounce
 	Batch    *Batch
 

@@ -80,8 +80,9 @@ func TestCheckSubscriptionPolicy(t *testing.T) {
 }
 
 // TestValidateSubscriptionPolicy: the summary and --json show the policy;
-// a filter typo is refused at load with file:line, and debounce and batch
-// are refused as not supported yet.
+// a filter typo and a debounce key that is not a field are refused at
+// load with file:line (debounce and batch themselves:
+// debounce_batch_check_test.go).
 func TestValidateSubscriptionPolicy(t *testing.T) {
 	t.Parallel()
 	dir := pairSet(t, 4000, 4000, "BCPPublish", policySubs)
