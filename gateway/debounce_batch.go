@@ -178,6 +178,7 @@ func (g *Gateway) storePush(reply *session.PendingReply, a admitted, sub *agents
 			g.policy.startWindow(stored.BatchID, stored.CreatedAt.Add(sub.Batch.Window))
 		}
 		g.counted(a, "delivered", nil)
+		g.metrics.subscriptionFigure(ev)
 		verdict.Success, verdict.Detail = true, a.detail
 		if stored.BatchID != "" {
 			verdict.Batch = stored.BatchID

@@ -82,3 +82,19 @@ bcp_channels:
 		t.Errorf("parked: %+v", p[0])
 	}
 }
+
+// TestBatchedPushesCountedInSubscriptionMetrics: pushes of a batched
+// subscription are accepted like any other, and the per-subscription
+// metrics say so, with their bits, as the report does.
+func TestBatchedPushesCountedInSubscriptionMetrics(t *testing.T) {
+	clk := clock.NewFake(time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC))
+	tune, reg := withMetrics()
+	e := startE2E(t, debounceBatchPair("", batchedPushes(5)), func(c *Config) { tune(c); c.Clock = clk })
+	e.prompt("researcher", "go")
+	e.verdictRecs(5)
+	e.waitCount("delivery_acked", "", 1)
+	labels := map[string]string{"controller": "main", "reader": "researcher", "subscription": "batched"}
+	waitMetric(t, reg, "bcpgw_subscription_pushes_total", map[string]string{"controller": "main", "reader": "researcher",
+		"subscription": "batched", "outcome": "accepted"}, 5)
+	waitMetric(t, reg, "bcpgw_subscription_bits_total", labels, 5*10)
+}
