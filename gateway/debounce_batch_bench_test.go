@@ -122,7 +122,8 @@ bcp_channels:
 // its own: 512 pushes submitted at once (as a flooding Reader's do, so
 // that the writer commits them in groups) stored as a plain push
 // (AddDeliveryThen) or under each policy (AddPushThen: the debounce
-// key's lookup, the open batch's, and a batch closed every 100 pushes),
+// key's lookup, the open batch's and its line's, as the gateway sets
+// them, and a batch closed every 100 pushes),
 // with the gateway's events. One op is one push, timed until it is
 // durable; each policy's ns/op against plain's is the ratio.
 //
@@ -165,7 +166,7 @@ func BenchmarkPushPolicyStore(b *testing.B) {
 						pp.Entity, pp.Since, pp.Claim = `"`+t+`"`, now.Add(-time.Minute), func(string) bool { return true }
 					}
 					if batch {
-						pp.Batch, pp.BatchMax, pp.BatchMaxBytes = true, 100, MaxBatchBytes
+						pp.Batch, pp.BatchMax, pp.BatchMaxBytes, pp.BatchMaxLine = true, 100, MaxBatchBytes, MaxBatchLine
 						pp.Close = store.Event{Time: now, Kind: "batch_closed"}
 					}
 					st.AddPushThen(d, pp, []store.Event{ev}, func(_ store.PushOutcome, err error) { fail(err) })
