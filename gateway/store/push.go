@@ -187,8 +187,11 @@ func replaceable(tx *wtx, d Delivery, p PushPolicy) (*Delivery, error) {
 		return nil, err
 	}
 	old := ds[0]
-	if old.State == DeliveryPending && (p.Claim == nil || !p.Claim(old.ID)) {
-		return nil, nil // on its way to the runtime: it stays
+	// One sent before (its session ended before acknowledging it, or an
+	// earlier run of the gateway did) may have been acted on: it stays,
+	// as one on its way to the runtime now does.
+	if old.State == DeliveryPending && (old.Attempts > 0 || p.Claim == nil || !p.Claim(old.ID)) {
+		return nil, nil
 	}
 	return &old, nil
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -35,5 +36,26 @@ func TestBatchClosedBeforeItsLineIsTooLong(t *testing.T) {
 	}
 	if bs := mustOpenBatches(t, s); len(bs) != 1 || bs[0].Items != 1 {
 		t.Errorf("OpenBatches = %+v, want the third push's", bs)
+	}
+}
+
+// TestDebounceLeavesAPushAlreadySent: a pending push that was sent to
+// the Controller's runtime before (its session ended before the
+// acknowledgment, or a previous run of the gateway was killed) may have
+// been acted on: a newer push with its key is delivered after it, it is
+// never superseded, whatever the courier of this run says.
+func TestDebounceLeavesAPushAlreadySent(t *testing.T) {
+	s := newStore(t)
+	addPush(t, s, push("dl-0", "a", 0, 1), debounced("a", 0, claimAll))
+	s.MarkAttempted("dl-0", Event{Time: t0, Kind: "delivery_sent", Agent: "main", Peer: "researcher"})
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	out := addPush(t, s, push("dl-1", "a", time.Second, 1), debounced("a", time.Second, claimAll))
+	if out.Superseded != nil {
+		t.Errorf("the push already sent was superseded: %+v", out.Superseded)
+	}
+	if got := pendingIDs(t, s); len(got) != 2 {
+		t.Errorf("pending %v, want both", got)
 	}
 }
