@@ -205,9 +205,11 @@ func (g *Gateway) cronPrompt(ctx context.Context, agent string, c agents.CronSch
 	return g.bringTurn(ctx, turnJob{
 		agent: agent,
 		msg:   func(*session.Session) any { return msg },
-		// A session being replaced after a reload takes no new turns: the
-		// prompt goes to the next one. It was never sent, so it is sent
-		// once.
+		// A prompt the runtime was never handed goes to the next session,
+		// at most three in all: a session being replaced after a reload
+		// takes no new turns, and one that ends (a crash) drops the turns
+		// queued behind the one in flight. Never sent, it is sent once.
+		// One that was handed to the runtime is not sent again.
 		retry: func(attempt int, sent bool, err error) (time.Duration, bool) {
 			return 0, !sent && errors.Is(err, session.ErrSessionClosed) && attempt < 2
 		},

@@ -21,25 +21,32 @@
 //     waits in the approval queue until an operator approves it (bound to
 //     the hash of what was shown), rejects it, or it expires.
 //
-// The path of one push, in the order the data flows, one file each:
+// The path of one push, in the order the data flows: the functions in
+// parentheses, and after a colon a file called on the way and returned
+// from:
 //
-//  1. session/run.go: the Reader's line is checked against its tools and
-//     decoded once, into a session.Publish for the session's owner.
-//  2. messages.go: the gateway, that owner, checks its ids.
-//  3. admit.go: backlog, rate limits, then the judgment, then the budgets
-//     checked and charged in one step, then the commit.
-//  4. publish.go: the judgment, shared with bcpgw check: rights,
-//     subscription, validation, filter (ValidatePublish), and what the
-//     budgets allow (Verdict.Afford).
-//  5. store/delivery.go: the delivery and its events in one transaction;
-//     the Reader hears success once it is durable.
-//  6. outbox.go: the Controller's courier takes it in order and asks for
-//     a turn (deliver), with its retry policy (redeliver).
-//  7. turns.go: the Controller's session is found or started, and the
-//     turn queued on it (bringTurn).
-//  8. session/session.go: the turn is written to the Controller's stdin
-//     once the runtime is free; its result (session/run.go again, now on
-//     the Controller's side) acknowledges the delivery.
+//  1. session/run.go (handleLine): the Reader's line is checked against
+//     its tools and decoded once, into a session.Publish for the
+//     session's Owner: the gateway (sessionOwner, gateway.go).
+//  2. messages.go (onMessage): its ids are checked.
+//  3. admit.go (publish, then admit): backlog and rate limits; the
+//     judgment shared with bcpgw check (publish.go: ValidatePublish,
+//     rights, subscription, validation, filter); the budgets checked and
+//     charged in one step under the gateway's lock (budget.go:
+//     budgets.admitPush, which asks Verdict.Afford); then the commit.
+//  4. store/delivery.go (AddDeliveryThen): the delivery and its events in
+//     one transaction; once it is durable the Reader hears success and
+//     the outbox is handed the delivery (outbox.enqueue).
+//  5. outbox.go (courier, deliver): the Controller's courier takes it in
+//     order and asks for a turn, with its retry policy (redeliver).
+//  6. turns.go (bringTurn): the Controller's last session is asked, or
+//     the supervisor for one (session/supervisor.go: Ensure), and the
+//     turn queued on it (session/session.go: TurnSent).
+//  7. session/run.go again, on the Controller's side (dispatch, then
+//     handleLine): the turn is written to its stdin once the runtime is
+//     free, and its result ends the turn.
+//  8. outbox.go again (awaitAck, delivered): the acknowledgment is stored,
+//     with the send if that was not recorded yet, in one write.
 //
 // Identity always comes from the pipe a message arrived on. Every refusal
 // carries a section-6 code and is stored as an event.

@@ -36,7 +36,13 @@ type outbox struct {
 type courier struct {
 	controller string
 	sess       *session.Session // the session last delivered to; owned by the courier goroutine
-	wake       chan struct{}    // capacity 1: something was queued
+	// waits counts the attempts in a row, across deliveries, that got no
+	// acknowledgment (no session, or it ended first): the backoff before
+	// the next, so that a Controller that fails every delivery is not
+	// tried faster again once one is parked. Owned by the courier
+	// goroutine; reset by an acknowledgment.
+	waits int
+	wake  chan struct{} // capacity 1: something was queued
 
 	mu    sync.Mutex
 	queue []store.Delivery // the window: the oldest pending deliveries, and operator retries
@@ -264,6 +270,7 @@ func (g *Gateway) courier(ctx context.Context, c *courier) {
 // delivered records that c's head delivery d was acknowledged, with its
 // send if that is not recorded yet (unmarked), and takes it out.
 func (g *Gateway) delivered(c *courier, d store.Delivery, unmarked *store.Event) {
+	c.waits = 0
 	g.metrics.delivered(d, g.now())
 	g.backlog.done(d)
 	g.policy.finished(d)
@@ -323,8 +330,8 @@ func (g *Gateway) deliver(ctx context.Context, c *courier, d *store.Delivery) (u
 			unmarked, err = g.awaitAck(ctx, d, ev, done)
 			return err
 		},
-		retry: func(attempt int, sent bool, err error) (time.Duration, bool) {
-			return g.redeliver(c, d, attempt, sent, err)
+		retry: func(_ int, sent bool, err error) (time.Duration, bool) {
+			return g.redeliver(c, d, sent, err)
 		},
 	})
 	return unmarked, err
@@ -357,12 +364,13 @@ func (g *Gateway) awaitAck(ctx context.Context, d *store.Delivery, ev store.Even
 	}
 }
 
-// redeliver is the outbox's retry policy: after the attempt-th send of d
-// failed with err, it counts a failure if the runtime had been handed d
-// and its session was not stopped on request (an operator, a reload), and
-// says how long to wait before sending d again, or that d is revoked or
-// has failed too often (it is then parked).
-func (g *Gateway) redeliver(c *courier, d *store.Delivery, attempt int, sent bool, err error) (time.Duration, bool) {
+// redeliver is the outbox's retry policy: after a send of d failed with
+// err, it counts a failure if the runtime had been handed d and its
+// session was not stopped on request (an operator, a reload), and says
+// how long to wait before sending d again (the courier's backoff, which
+// goes on across deliveries until one is acknowledged), or that d is
+// revoked or has failed too often (it is then parked).
+func (g *Gateway) redeliver(c *courier, d *store.Delivery, sent bool, err error) (time.Duration, bool) {
 	var rev revokedError
 	if errors.As(err, &rev) {
 		return 0, false
@@ -387,7 +395,9 @@ func (g *Gateway) redeliver(c *courier, d *store.Delivery, attempt int, sent boo
 	}
 	// Back off here too: the supervisor restarts a crashed session at once
 	// when nothing waits for it at the moment it notices.
-	return session.Backoff(attempt), true
+	wait := session.Backoff(c.waits)
+	c.waits++
+	return wait, true
 }
 
 // markDelay is how long the outbox waits for a runtime's result before it

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/bcpgw/bcpgw/bcp"
 	"github.com/bcpgw/bcpgw/gateway/session"
 	"github.com/bcpgw/bcpgw/gateway/store"
@@ -297,5 +299,30 @@ func TestDeliveryQueuedBehindATurnIsNotSent(t *testing.T) {
 	case <-sent:
 		t.Error("a turn that waited behind another was reported sent")
 	default:
+	}
+}
+
+// The courier's backoff goes on across deliveries until one is
+// acknowledged, as it did before the retry moved into redeliver: a
+// delivery parked or dropped does not make the next one's first retry
+// come after a second again.
+func TestRedeliverBackoffGoesOnAcrossDeliveries(t *testing.T) {
+	g := &Gateway{log: hclog.NewNullLogger()}
+	first, next := store.Delivery{ID: "dl-1", Controller: "main"}, store.Delivery{ID: "dl-2", Controller: "main"}
+	c := &courier{controller: "main", queue: []store.Delivery{first, next}}
+	unavailable := errors.New("agent failed")
+	for n := range 3 {
+		wait, again := g.redeliver(c, &first, false, unavailable)
+		if !again || wait != session.Backoff(n) {
+			t.Fatalf("retry %d of the first: %v, %v; want %v, true", n, wait, again, session.Backoff(n))
+		}
+	}
+	c.pop() // the first is dropped or parked
+	wait, again := g.redeliver(c, &next, false, unavailable)
+	if !again || wait != session.Backoff(3) {
+		t.Errorf("first retry of the next delivery: %v, %v; want %v, true", wait, again, session.Backoff(3))
+	}
+	if first.Failures != 0 || next.Failures != 0 {
+		t.Errorf("sends that never reached the runtime counted as failures: %d, %d", first.Failures, next.Failures)
 	}
 }

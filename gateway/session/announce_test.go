@@ -20,9 +20,9 @@ func TestSessionAnnounceSendsFreshSubscriptions(t *testing.T) {
 	for _, want := range []string{"subscriptions 1 research-alerts", "subscriptions 0 \n", "subscriptions 2 a,b"} {
 		switch want {
 		case "subscriptions 0 \n":
-			s.Announce(nil)
+			s.setAnnounced(nil)
 		case "subscriptions 2 a,b":
-			s.Announce([]runtime.ActiveSubscription{{SubscriptionID: "a", Controller: "main", Category: bcp.Cat1}, {SubscriptionID: "b", Controller: "main", Category: bcp.Cat1}})
+			s.setAnnounced([]runtime.ActiveSubscription{{SubscriptionID: "a", Controller: "main", Category: bcp.Cat1}, {SubscriptionID: "b", Controller: "main", Category: bcp.Cat1}})
 		}
 		if !testproc.CheckFor(10*time.Second, testproc.Poll, func() bool { return strings.Contains(h.logs.String(), want) }) {
 			t.Fatalf("runtime never logged %q:\n%s", want, h.logs)
@@ -45,11 +45,11 @@ func TestSessionStopWhenIdleFinishesQueuedTurnsFirst(t *testing.T) {
 		}
 		dones = append(dones, done)
 	}
-	s.StopWhenIdle("definition changed")
+	s.stopWhenIdle("definition changed")
 	// New work is not taken: it waits for the end and is told to go
 	// elsewhere.
 	if _, err := s.Turn(ctx, runtime.Prompt{Type: runtime.TypePrompt, Content: "three"}); !errors.Is(err, ErrSessionClosed) {
-		t.Errorf("Turn after StopWhenIdle = %v, want ErrSessionClosed", err)
+		t.Errorf("Turn after stopWhenIdle = %v, want ErrSessionClosed", err)
 	}
 	for i, done := range dones {
 		if err := <-done; err != nil {

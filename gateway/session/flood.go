@@ -2,9 +2,9 @@ package session
 
 import (
 	"fmt"
-	"github.com/bcpgw/bcpgw/internal/clock"
 	"time"
 
+	"github.com/bcpgw/bcpgw/internal/clock"
 	"github.com/bcpgw/bcpgw/runtime"
 )
 
@@ -195,4 +195,29 @@ func (f *floodState) pauseC() <-chan time.Time {
 		return nil
 	}
 	return f.pause.C()
+}
+
+// bucket is a token bucket: rate tokens a second, at most burst.
+type bucket struct {
+	clock  clock.Clock
+	rate   float64
+	burst  float64
+	tokens float64
+	last   time.Time
+}
+
+func newBucket(c clock.Clock, rate float64, burst int) *bucket {
+	return &bucket{clock: c, rate: rate, burst: float64(burst), tokens: float64(burst), last: c.Now()}
+}
+
+// take spends one token, reporting false when none is left.
+func (b *bucket) take() bool {
+	now := b.clock.Now()
+	b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
 }

@@ -22,12 +22,12 @@ import (
 func TestFailedCoolDown(t *testing.T) {
 	want := []time.Duration{5, 10, 20, 40, 60, 60}
 	for n, w := range want {
-		if got := FailedCoolDown(n); got != w*time.Minute {
-			t.Errorf("FailedCoolDown(%d) = %v, want %v", n, got, w*time.Minute)
+		if got := failedCoolDown(n); got != w*time.Minute {
+			t.Errorf("failedCoolDown(%d) = %v, want %v", n, got, w*time.Minute)
 		}
 	}
-	if got := FailedCoolDown(1000); got != FailedRetryMax {
-		t.Errorf("FailedCoolDown(1000) = %v, want the cap", got)
+	if got := failedCoolDown(1000); got != FailedRetryMax {
+		t.Errorf("failedCoolDown(1000) = %v, want the cap", got)
 	}
 }
 

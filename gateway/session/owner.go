@@ -93,16 +93,13 @@ func (QueryRequest) message()           {}
 func (SubscribeRequest) message()       {}
 
 // NewPublish, NewAnswer and NewQueryRequest make the messages a session
-// would hand its owner, for owners' tests.
+// would hand its owner, for owners' tests: the fields that carry the line
+// are unexported so that only a session (or a test that says so) makes
+// one.
 func NewPublish(r runtime.Response, line []byte) Publish { return Publish{Response: r, line: line} }
 func NewAnswer(r runtime.Response, line []byte) Answer   { return Answer{Response: r, line: line} }
 func NewQueryRequest(q runtime.QueryRequest, specErr *runtime.SpecError, line []byte) QueryRequest {
 	return QueryRequest{Request: q, SpecErr: specErr, line: line}
-}
-
-// NewSubscribeRequest makes a SubscribeRequest, for owners' tests.
-func NewSubscribeRequest(r runtime.SubscribeRequest, specErr *runtime.SpecError, line []byte) SubscribeRequest {
-	return SubscribeRequest{Request: r, SpecErr: specErr, line: line}
 }
 
 // logOwner is the owner of sessions started without one (tests, tools):

@@ -3,7 +3,6 @@ package session
 import (
 	"errors"
 	"fmt"
-	"github.com/bcpgw/bcpgw/internal/clock"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/bcp"
+	"github.com/bcpgw/bcpgw/internal/clock"
 	"github.com/bcpgw/bcpgw/runtime"
 )
 
@@ -34,7 +34,7 @@ type loop struct {
 	queue    []turn // turns waiting
 	phase    stopPhase
 	stopWhy  string      // why the gateway stopped it (for the exit error)
-	idleStop string      // stop once idle, for this reason (StopWhenIdle)
+	idleStop string      // stop once idle, for this reason (stopWhenIdle)
 	asked    bool        // the stop was requested (not a crash)
 	timer    clock.Timer // ready, idle or stop-phase timer
 	flood    floodState
@@ -505,7 +505,7 @@ func (s *Session) holds(tool string) bool {
 }
 
 // announce tells a Reader its subscriptions after ready, if it may
-// publish: the latest list given to Announce, else the one it started with.
+// publish: the latest list given to setAnnounced, else the one it started with.
 func (s *Session) announce() {
 	subs, fresh := s.takeAnnounced()
 	if !fresh {
@@ -517,7 +517,7 @@ func (s *Session) announce() {
 	_ = s.send(runtime.SubscriptionsActive{Type: runtime.TypeSubscriptionsActive, Subscriptions: subs})
 }
 
-// reannounce sends the list given to Announce, even an empty one: a
+// reannounce sends the list given to setAnnounced, even an empty one: a
 // Reader told its subscriptions must also hear that they are gone.
 func (s *Session) reannounce() {
 	subs, fresh := s.takeAnnounced()
@@ -531,7 +531,7 @@ func (s *Session) reannounce() {
 	_ = s.send(runtime.SubscriptionsActive{Type: runtime.TypeSubscriptionsActive, Subscriptions: subs})
 }
 
-// takeAnnounced returns and clears the list given to Announce; fresh is
+// takeAnnounced returns and clears the list given to setAnnounced; fresh is
 // false if there is none.
 func (s *Session) takeAnnounced() (subs []runtime.ActiveSubscription, fresh bool) {
 	s.annMu.Lock()
@@ -549,28 +549,3 @@ type stoppedTimer struct{}
 
 func (stoppedTimer) C() <-chan time.Time { return nil }
 func (stoppedTimer) Stop() bool          { return false }
-
-// bucket is a token bucket: rate tokens a second, at most burst.
-type bucket struct {
-	clock  clock.Clock
-	rate   float64
-	burst  float64
-	tokens float64
-	last   time.Time
-}
-
-func newBucket(c clock.Clock, rate float64, burst int) *bucket {
-	return &bucket{clock: c, rate: rate, burst: float64(burst), tokens: float64(burst), last: c.Now()}
-}
-
-// take spends one token, reporting false when none is left.
-func (b *bucket) take() bool {
-	now := b.clock.Now()
-	b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
-	b.last = now
-	if b.tokens < 1 {
-		return false
-	}
-	b.tokens--
-	return true
-}

@@ -215,9 +215,9 @@ func waitExit(pidfd int) {
 	}
 }
 
-// SandboxSummary says how the session's runtime is contained, for its
+// sandboxSummary says how the session's runtime is contained, for its
 // events and for operators.
-func (s *Session) SandboxSummary() string {
+func (s *Session) sandboxSummary() string {
 	if s.sandbox == nil {
 		return "NOT SANDBOXED"
 	}

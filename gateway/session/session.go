@@ -65,7 +65,7 @@ type Config struct {
 	Def *agents.Definition
 	// Subscriptions are announced (bcp_subscriptions_active) right after
 	// ready when the agent holds BCPPublish and there is at least one.
-	// Announce replaces them later.
+	// The supervisor replaces them later, after a reload.
 	Subscriptions []runtime.ActiveSubscription
 	// Logger receives the session's own log lines and the runtime's
 	// stderr, under a sub-logger named after the agent. Default: discard.
@@ -200,7 +200,7 @@ type Session struct {
 	sends  chan any    // messages sent right away (not turns)
 	stopCh chan string // stop requests, with a reason
 	idleCh chan string // stop-when-idle requests, with a reason
-	// idleAsked is set by StopWhenIdle before it asks run: a Turn that
+	// idleAsked is set by stopWhenIdle before it asks run: a Turn that
 	// comes after it must not be taken, even if run sees the turn first.
 	idleAsked atomic.Bool
 	done      chan struct{}
@@ -226,7 +226,7 @@ type Session struct {
 	replyReady chan struct{}
 
 	// announced holds the subscriptions to announce next (set by
-	// Announce); annReady wakes run to send them.
+	// setAnnounced); annReady wakes run to send them.
 	annMu     sync.Mutex
 	announced *[]runtime.ActiveSubscription
 	annReady  chan struct{}
@@ -347,7 +347,7 @@ func Start(ctx context.Context, cfg Config) (*Session, error) {
 		}
 	}
 	s.cmd, s.started = cmd, cfg.Clock.Now()
-	s.audit("session_started", "", fmt.Sprintf("pid %d: %s (%s)", cmd.Process.Pid, strings.Join(def.Runtime, " "), s.SandboxSummary()), nil)
+	s.audit("session_started", "", fmt.Sprintf("pid %d: %s (%s)", cmd.Process.Pid, strings.Join(def.Runtime, " "), s.sandboxSummary()), nil)
 
 	lines := make(chan lineEvent)
 	exited := make(chan error, 1)
@@ -624,12 +624,13 @@ func (s *Session) Stop(ctx context.Context, reason string) error {
 	}
 }
 
-// StopWhenIdle asks the session to end gracefully once the turn in
+// stopWhenIdle asks the session to end gracefully once the turn in
 // progress and the turns already queued are done. From now on it takes
 // no new turns: Turn waits until the session has ended and then answers
 // ErrSessionClosed, so work goes to the next session. It never blocks;
-// only the first reason counts.
-func (s *Session) StopWhenIdle(reason string) {
+// only the first reason counts. Only the supervisor calls it, as it
+// stops handing the session out (retire).
+func (s *Session) stopWhenIdle(reason string) {
 	s.idleAsked.Store(true)
 	select {
 	case s.idleCh <- reason:
@@ -637,11 +638,13 @@ func (s *Session) StopWhenIdle(reason string) {
 	}
 }
 
-// Announce replaces the subscriptions announced to the runtime: it is
+// setAnnounced replaces the subscriptions announced to the runtime: it is
 // sent a fresh bcp_subscriptions_active with subs (possibly empty: every
 // subscription was revoked) if it holds BCPPublish. It never blocks; when
 // called again before the runtime was told, only the latest list is sent.
-func (s *Session) Announce(subs []runtime.ActiveSubscription) {
+// Only the supervisor calls it, as it records what the session was told
+// (Supervisor.announce).
+func (s *Session) setAnnounced(subs []runtime.ActiveSubscription) {
 	s.annMu.Lock()
 	s.announced = &subs
 	s.annMu.Unlock()

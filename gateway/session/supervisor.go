@@ -424,7 +424,7 @@ func (sv *Supervisor) onFailedRetry(ctx context.Context, all map[string]*agent, 
 	// kept: failing again means a longer cool-down.
 	a.state, a.crashes, a.attempt, a.retryAt = StateStopped, nil, 0, time.Time{}
 	a.retriedAt = sv.cfg.Clock.Now()
-	sv.audit(a, "agent_retry", fmt.Sprintf("trying again after a cool-down of %s (failed %d time(s) in a row)", FailedCoolDown(a.failures-1), a.failures))
+	sv.audit(a, "agent_retry", fmt.Sprintf("trying again after a cool-down of %s (failed %d time(s) in a row)", failedCoolDown(a.failures-1), a.failures))
 	// Started now if kept running; else by the first work sent to it
 	// (a waiting delivery is retried within a minute).
 	if a.def.Autostart && !a.held {
@@ -462,7 +462,7 @@ func (sv *Supervisor) start(ctx context.Context, a *agent) {
 	cfg := sv.cfg.Session
 	cfg.Def = a.def
 	cfg.Logger, cfg.Owner, cfg.Clock = sv.cfg.Logger, sv.cfg.Owner, sv.cfg.Clock
-	cfg.Subscriptions = Announcements(sv.set, a.def.Name)
+	cfg.Subscriptions = announcements(sv.set, a.def.Name)
 	if a.def.Autostart {
 		// Kept running: an idle stop would only be followed by a restart.
 		d := *a.def
@@ -505,7 +505,7 @@ func (sv *Supervisor) crashed(ctx context.Context, a *agent, err error) {
 		if !a.retriedAt.IsZero() && now.Sub(a.retriedAt) >= HealthyAfter {
 			a.failures = 0
 		}
-		cool := FailedCoolDown(a.failures)
+		cool := failedCoolDown(a.failures)
 		a.failures++
 		a.retryAt = now.Add(cool)
 		a.timerGen++
@@ -566,10 +566,10 @@ func (sv *Supervisor) after(ctx context.Context, d time.Duration, ev svMsg) {
 	}()
 }
 
-// FailedCoolDown is how long a failed agent waits before it is tried
+// failedCoolDown is how long a failed agent waits before it is tried
 // again, after its failure n in a row (0-based): 5 minutes doubling,
 // capped at an hour.
-func FailedCoolDown(n int) time.Duration {
+func failedCoolDown(n int) time.Duration {
 	d := FailedRetryInitial
 	for i := 0; i < n && d < FailedRetryMax; i++ {
 		d *= 2
@@ -730,9 +730,9 @@ func (sv *Supervisor) Reset(ctx context.Context, name string) error {
 	return err
 }
 
-// Announcements returns the subscriptions to announce to reader, in the
+// announcements returns the subscriptions to announce to reader, in the
 // wire shape, with each one's bits.
-func Announcements(set *agents.Set, reader string) []runtime.ActiveSubscription {
+func announcements(set *agents.Set, reader string) []runtime.ActiveSubscription {
 	subs := set.SubscriptionsFor(reader)
 	out := make([]runtime.ActiveSubscription, 0, len(subs))
 	for _, s := range subs {

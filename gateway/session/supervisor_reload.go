@@ -142,7 +142,7 @@ func (sv *Supervisor) retire(a *agent) {
 	}
 	a.stopping = a.sess
 	sv.audit(a, "agent_retiring", why)
-	a.sess.StopWhenIdle(why)
+	a.sess.stopWhenIdle(why)
 }
 
 // announce sends a's running session its subscriptions under the set in
@@ -151,12 +151,12 @@ func (sv *Supervisor) announce(a *agent) bool {
 	if a.sess == nil || a.sess.Ended() {
 		return false
 	}
-	subs := Announcements(sv.set, a.def.Name)
+	subs := announcements(sv.set, a.def.Name)
 	if reflect.DeepEqual(subs, a.announced) || (len(subs) == 0 && len(a.announced) == 0) {
 		return false
 	}
 	a.announced = subs
-	a.sess.Announce(subs)
+	a.sess.setAnnounced(subs)
 	return true
 }
 
