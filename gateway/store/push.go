@@ -80,6 +80,25 @@ type PushOutcome struct {
 // Sizes are bytes: a stored response keeps non-ASCII text as UTF-8.
 const batchLineWeight = `4 * (length(CAST(response AS BLOB)) + length(CAST(anomalies AS BLOB))) + 256`
 
+// The statements of the push policy, prepared at Open (writeStatements):
+// they run for every debounced or batched push.
+const (
+	sqlBatchLine = `SELECT coalesce(sum(` + batchLineWeight + `), 0) FROM deliveries
+		WHERE batch_id = ? AND batch_id <> '' AND state = 'held'`
+	sqlBatchSize = `SELECT count(*), coalesce(sum(length(CAST(response AS BLOB))), 0) FROM deliveries
+		WHERE batch_id = ? AND batch_id <> '' AND state = 'held'`
+	sqlOpenBatch = `SELECT batch_id FROM deliveries WHERE controller = ? AND reader = ? AND subscription_id = ?
+		AND state = 'held' ORDER BY seq LIMIT 1`
+	sqlReplaceable = `SELECT ` + deliveryColumns + ` FROM deliveries
+		WHERE controller = ? AND reader = ? AND subscription_id = ? AND entity = ? AND entity <> ''
+		AND state IN ('pending', 'held') AND created_at >= ? ORDER BY seq DESC LIMIT 1`
+	sqlSupersede = `UPDATE deliveries SET state = 'superseded', done_at = ?, done_detail = ? WHERE id = ?`
+	sqlBatchHeld = `SELECT ` + deliveryColumns + ` FROM deliveries
+		WHERE batch_id = ? AND batch_id <> '' AND state = 'held' ORDER BY seq`
+	sqlBatchClose = `UPDATE deliveries SET state = 'batched', done_at = ?, done_detail = ?
+		WHERE batch_id = ? AND batch_id <> '' AND state = 'held'`
+)
+
 // BatchLineWeight is batchLineWeight for a push not yet stored.
 func BatchLineWeight(d Delivery) int {
 	anomalies, _ := json.Marshal(nonNilAnomalies(d.Anomalies))
@@ -107,8 +126,7 @@ func (s *Store) AddPushThen(d Delivery, p PushPolicy, events []Event, then func(
 			}
 			if id != "" && p.BatchMaxLine > 0 {
 				var line int
-				if err := tx.QueryRow(`SELECT coalesce(sum(`+batchLineWeight+`), 0) FROM deliveries
-					WHERE batch_id = ? AND batch_id <> '' AND state = 'held'`, id).Scan(&line); err != nil {
+				if err := tx.QueryRow(sqlBatchLine, id).Scan(&line); err != nil {
 					return fmt.Errorf("measure batch %s: %w", id, err)
 				}
 				if line+BatchLineWeight(stored) > p.BatchMaxLine {
@@ -148,8 +166,7 @@ func (s *Store) AddPushThen(d Delivery, p PushPolicy, events []Event, then func(
 			return nil
 		}
 		var n, size int
-		if err := tx.QueryRow(`SELECT count(*), coalesce(sum(length(CAST(response AS BLOB))), 0) FROM deliveries
-			WHERE batch_id = ? AND batch_id <> '' AND state = 'held'`, stored.BatchID).Scan(&n, &size); err != nil {
+		if err := tx.QueryRow(sqlBatchSize, stored.BatchID).Scan(&n, &size); err != nil {
 			return fmt.Errorf("count batch %s: %w", stored.BatchID, err)
 		}
 		if n < p.BatchMax && size < p.BatchMaxBytes {
@@ -165,8 +182,7 @@ func (s *Store) AddPushThen(d Delivery, p PushPolicy, events []Event, then func(
 // if none is open.
 func openBatch(tx *wtx, d Delivery) (string, error) {
 	var id string
-	err := tx.QueryRow(`SELECT batch_id FROM deliveries WHERE controller = ? AND reader = ? AND subscription_id = ?
-		AND state = 'held' ORDER BY seq LIMIT 1`, d.Controller, d.Reader, d.SubscriptionID).Scan(&id)
+	err := tx.QueryRow(sqlOpenBatch, d.Controller, d.Reader, d.SubscriptionID).Scan(&id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", nil
 	}
@@ -179,9 +195,7 @@ func openBatch(tx *wtx, d Delivery) (string, error) {
 // replaceable returns the push d replaces under p, if any: see the
 // package's note on debounce.
 func replaceable(tx *wtx, d Delivery, p PushPolicy) (*Delivery, error) {
-	ds, err := scanDeliveries(tx.Query(`SELECT `+deliveryColumns+` FROM deliveries
-		WHERE controller = ? AND reader = ? AND subscription_id = ? AND entity = ? AND entity <> ''
-		AND state IN ('pending', 'held') AND created_at >= ? ORDER BY seq DESC LIMIT 1`,
+	ds, err := scanDeliveries(tx.Query(sqlReplaceable,
 		d.Controller, d.Reader, d.SubscriptionID, p.Entity, millis(p.Since)))
 	if err != nil || len(ds) == 0 {
 		return nil, err
@@ -199,7 +213,7 @@ func replaceable(tx *wtx, d Delivery, p PushPolicy) (*Delivery, error) {
 // supersede marks old replaced by d, with ev about it.
 func supersede(tx *wtx, old *Delivery, d Delivery, ev Event) error {
 	why := "superseded by " + d.ID
-	if _, err := tx.Exec(`UPDATE deliveries SET state = 'superseded', done_at = ?, done_detail = ? WHERE id = ?`,
+	if _, err := tx.Exec(sqlSupersede,
 		millis(d.CreatedAt), why, old.ID); err != nil {
 		return fmt.Errorf("supersede delivery %s: %w", old.ID, err)
 	}
@@ -229,8 +243,7 @@ func (s *Store) CloseBatchThen(id string, at time.Time, ev Event, then func(*Del
 // closeBatch turns the held pushes of batch id into one pending delivery
 // with that id, accepted at at, and records ev about it.
 func closeBatch(tx *wtx, id string, at time.Time, ev Event) (*Delivery, error) {
-	held, err := scanDeliveries(tx.Query(`SELECT `+deliveryColumns+` FROM deliveries
-		WHERE batch_id = ? AND batch_id <> '' AND state = 'held' ORDER BY seq`, id))
+	held, err := scanDeliveries(tx.Query(sqlBatchHeld, id))
 	if err != nil || len(held) == 0 {
 		return nil, err
 	}
@@ -246,7 +259,7 @@ func closeBatch(tx *wtx, id string, at time.Time, ev Event) (*Delivery, error) {
 	if err := insertDelivery(tx, &b); err != nil {
 		return nil, fmt.Errorf("close batch %s: %w", id, err)
 	}
-	if _, err := tx.Exec(`UPDATE deliveries SET state = 'batched', done_at = ?, done_detail = ? WHERE batch_id = ? AND batch_id <> '' AND state = 'held'`,
+	if _, err := tx.Exec(sqlBatchClose,
 		millis(at), "in batch "+id, id); err != nil {
 		return nil, fmt.Errorf("close batch %s: %w", id, err)
 	}

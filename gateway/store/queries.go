@@ -33,5 +33,6 @@ const (
 // writeStatements lists the statements Open prepares.
 func writeStatements() []string {
 	return []string{sqlInsertApproval, sqlApprovalByID, sqlDecideApproval, sqlGrantApproval, sqlInsertDelivery, sqlMarkAttempted, sqlRecordFailure, sqlFinishDelivery, sqlFinishSent, sqlInsertEvent,
-		sqlOpenSession, sqlEndSession, sqlAddExposure, sqlSavepoint, sqlRollbackTo, sqlRelease}
+		sqlOpenSession, sqlEndSession, sqlAddExposure, sqlFigureUpsert, sqlRefusalUpsert, sqlSavepoint, sqlRollbackTo, sqlRelease,
+		sqlBatchLine, sqlBatchSize, sqlOpenBatch, sqlReplaceable, sqlSupersede, sqlBatchHeld, sqlBatchClose}
 }

@@ -111,6 +111,15 @@ func (t *wtx) Exec(query string, args ...any) (sql.Result, error) {
 	return t.Tx.Exec(query, args...)
 }
 
+// QueryRow runs query in the transaction, prepared if it is one of
+// writeStatements.
+func (t *wtx) QueryRow(query string, args ...any) *sql.Row {
+	if st, ok := t.s.stmts[query]; ok {
+		return t.Tx.Stmt(st).QueryRow(args...)
+	}
+	return t.Tx.QueryRow(query, args...)
+}
+
 // Query runs query in the transaction, prepared if it is one of
 // writeStatements.
 func (t *wtx) Query(query string, args ...any) (*sql.Rows, error) {
