@@ -350,20 +350,21 @@ func (s *Session) handleLine(l *loop, ev lineEvent) {
 	case runtime.TypeLog, runtime.TypeError, runtime.TypeText, runtime.TypeToolUse, runtime.TypeToolResult, runtime.TypeInterrupted:
 		s.auditOnly(env)
 	case runtime.TypeQueryRequest:
-		// Decoded once, spec and all: a refused spec still names the
-		// request, so that the owner can answer it.
-		q, err := runtime.DecodeQueryRequest(env.Raw)
-		var specErr *runtime.SpecError
-		if err != nil && !errors.As(err, &specErr) {
-			s.refuse(bcp.ProtocolError, err.Error(), env.Raw)
-			return
-		}
 		if !s.holds(agents.ToolQuery) {
-			// Answered the way a refused query is, so the runtime's
-			// waiting call ends; and audited.
+			// Refused before the spec is even read, and answered the way
+			// a refused query is, so the runtime's waiting call ends; and
+			// audited. Only what the answer names is decoded.
+			var head struct {
+				RequestID string `json:"request_id"`
+				To        string `json:"to"`
+			}
+			if err := env.Decode(&head); err != nil {
+				s.refuse(bcp.ProtocolError, err.Error(), env.Raw)
+				return
+			}
 			reason := bcp.Errorf(bcp.ToolNotAllowed, "Agent '%s' does not have the %s tool", s.name, agents.ToolQuery).Error()
 			s.audit("refused", bcp.ToolNotAllowed, reason, env.Raw)
-			qe := runtime.QueryError{Type: runtime.TypeQueryError, RequestID: q.RequestID, ToAgent: q.To, Reason: reason}
+			qe := runtime.QueryError{Type: runtime.TypeQueryError, RequestID: head.RequestID, ToAgent: head.To, Reason: reason}
 			if s.cfg.Def.TriOnyx() {
 				// Its runtime answers a query error with result: a turn
 				// of its own (see Gateway.replyQueryError).
@@ -372,6 +373,14 @@ func (s *Session) handleLine(l *loop, ev lineEvent) {
 				return
 			}
 			s.Reply(qe)
+			return
+		}
+		// Decoded once, spec and all: a refused spec still names the
+		// request, so that the owner can answer it.
+		q, err := runtime.DecodeQueryRequest(env.Raw)
+		var specErr *runtime.SpecError
+		if err != nil && !errors.As(err, &specErr) {
+			s.refuse(bcp.ProtocolError, err.Error(), env.Raw)
 			return
 		}
 		s.cfg.Owner.Message(s, QueryRequest{Request: q, SpecErr: specErr, line: env.Raw})
