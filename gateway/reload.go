@@ -124,7 +124,8 @@ func (g *Gateway) Reload(ctx context.Context, by string) (Reloaded, error) {
 	// Routing uses the definitions plus the approved subscriptions that
 	// still fit them; the others are revoked (subscribe.go).
 	defs := set
-	if set, err = g.withApproved(g.ctx, defs, "reload by "+by); err != nil {
+	set, tell, err := g.withApproved(g.ctx, defs, "reload by "+by)
+	if err != nil {
 		return Reloaded{}, fmt.Errorf("reload: %w", err)
 	}
 	g.defs.Store(defs)
@@ -136,6 +137,7 @@ func (g *Gateway) Reload(ctx context.Context, by string) (Reloaded, error) {
 		return Reloaded{}, fmt.Errorf("reload: %w", err)
 	}
 	g.set.Store(set)
+	tell() // the Controllers of revoked runtime subscriptions, now that routing refuses them
 	g.egress.prune(set)
 	r := Reloaded{Changes: ch, Agents: len(set.Agents), Notify: notified}
 	r.SchedulesAdded, r.SchedulesRemoved = g.sched.update(set)

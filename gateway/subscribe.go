@@ -225,12 +225,15 @@ func requested(id, controller, reader string, cat bcp.Category, shown json.RawMe
 // withApproved returns defs plus the approved subscriptions that fit
 // them: the set the gateway routes with. Those that no longer fit (a
 // reload removed their channel, lowered its max_category or budget, or
-// declared the same id) are revoked by the gateway, evented, and their
-// Controllers told. why names the occasion, for the revocations.
-func (g *Gateway) withApproved(ctx context.Context, defs *agents.Set, why string) (*agents.Set, error) {
+// declared the same id) are revoked by the gateway and evented; tell
+// tells their Controllers, and must be called once the returned set
+// routes (g.set), so that no Controller hears of a revocation while a
+// delivery on it can still go out. why names the occasion, for the
+// revocations.
+func (g *Gateway) withApproved(ctx context.Context, defs *agents.Set, why string) (set *agents.Set, tell func(), err error) {
 	rows, err := g.cfg.Store.RuntimeSubscriptions(ctx, false)
 	if err != nil {
-		return nil, fmt.Errorf("read approved subscriptions: %w", err)
+		return nil, nil, fmt.Errorf("read approved subscriptions: %w", err)
 	}
 	subs := make([]*agents.Subscription, 0, len(rows))
 	var bad []agents.RefusedSubscription
@@ -243,17 +246,23 @@ func (g *Gateway) withApproved(ctx context.Context, defs *agents.Set, why string
 		subs = append(subs, sub)
 	}
 	set, refused := defs.WithSubscriptions(subs)
+	var told []func()
 	for _, x := range append(bad, refused...) {
 		reason := fmt.Sprintf("no longer fits the definitions (%s): %s", why, x.Err.Error())
 		sub, err := g.cfg.Store.RevokeSubscription(ctx, x.Sub.ID, self(), reason, g.now())
 		if err != nil {
-			return nil, fmt.Errorf("revoke subscription %s: %w", x.Sub.ID, err)
+			return nil, nil, fmt.Errorf("revoke subscription %s: %w", x.Sub.ID, err)
 		}
 		g.log.Warn("approved subscription revoked: it no longer fits the definitions", "subscription", sub.ID, "controller", sub.Controller,
 			"reader", sub.Reader, "reason", x.Err.Error())
-		g.tellRevoked(sub, x.Err)
+		e := x.Err
+		told = append(told, func() { g.tellRevoked(sub, e) })
 	}
-	return set, nil
+	return set, func() {
+		for _, t := range told {
+			t()
+		}
+	}, nil
 }
 
 // applyApproved puts the definitions plus the approved subscriptions in
@@ -261,11 +270,12 @@ func (g *Gateway) withApproved(ctx context.Context, defs *agents.Set, why string
 // then the supervisor, which tells each running Reader whose
 // subscriptions changed. g.reloadMu must be held.
 func (g *Gateway) applyApproved(ctx context.Context, why string) error {
-	set, err := g.withApproved(ctx, g.defs.Load(), why)
+	set, tell, err := g.withApproved(ctx, g.defs.Load(), why)
 	if err != nil {
 		return err
 	}
 	g.set.Store(set)
+	tell()
 	ch, err := g.sv.Reload(g.ctx, set)
 	if err != nil {
 		return fmt.Errorf("announce subscriptions: %w", err)
@@ -332,7 +342,7 @@ func declared(set *agents.Set, id string) *agents.Subscription {
 func (g *Gateway) startApproved(ctx context.Context) error {
 	g.reloadMu.Lock()
 	defer g.reloadMu.Unlock()
-	set, err := g.withApproved(ctx, g.defs.Load(), "start")
+	set, tell, err := g.withApproved(ctx, g.defs.Load(), "start")
 	if err != nil {
 		return err
 	}
@@ -344,6 +354,7 @@ func (g *Gateway) startApproved(ctx context.Context) error {
 	g.subReqs = pending
 	g.mu.Unlock()
 	g.set.Store(set)
+	tell()
 	g.sv.StartWith(set)
 	return nil
 }
