@@ -202,7 +202,7 @@ func (g *Gateway) cronPrompt(ctx context.Context, agent string, c agents.CronSch
 		meta["label"] = c.Label
 	}
 	msg := runtime.Prompt{Type: runtime.TypePrompt, Content: c.Message, Metadata: meta}
-	return g.bringTurn(ctx, turnJob{
+	_, err := g.bringTurn(ctx, turnJob{
 		agent: agent,
 		msg:   func(*session.Session) any { return msg },
 		// A prompt the runtime was never handed goes to the next session,
@@ -214,4 +214,5 @@ func (g *Gateway) cronPrompt(ctx context.Context, agent string, c agents.CronSch
 			return 0, !sent && errors.Is(err, session.ErrSessionClosed) && attempt < 2
 		},
 	})
+	return err
 }

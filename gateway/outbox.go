@@ -310,9 +310,9 @@ func (g *Gateway) finish(c *courier, d store.Delivery, state store.DeliveryState
 // calls it.
 func (g *Gateway) deliver(ctx context.Context, c *courier, d *store.Delivery) (unmarked *store.Event, err error) {
 	var ev store.Event // the last send's
-	err = g.bringTurn(ctx, turnJob{
+	c.sess, err = g.bringTurn(ctx, turnJob{
 		agent: d.Controller,
-		sess:  &c.sess,
+		last:  c.sess,
 		check: func() error { return g.checkRevoked(d) },
 		msg:   func(s *session.Session) any { return deliveryMessage(s, d) },
 		sent: func() {

@@ -194,7 +194,7 @@ func (g *Gateway) dispatchQuery(ctx context.Context, q *pendingQuery) {
 		Fields: q.spec.Fields, Questions: q.spec.Questions, Directive: q.spec.Directive, MaxWords: q.spec.MaxWords,
 	}
 	var lastErr error
-	_ = g.bringTurn(ctx, turnJob{
+	_, _ = g.bringTurn(ctx, turnJob{
 		agent: q.reader,
 		msg:   func(*session.Session) any { return msg },
 		retry: func(attempt int, _ bool, err error) (time.Duration, bool) {

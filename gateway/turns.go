@@ -18,10 +18,11 @@ type turnJob struct {
 	// msg makes the turn for the session it goes to: a TriOnyx
 	// Controller reads deliveries in its own dialect (forController).
 	msg func(s *session.Session) any
-	// sess, if set, holds the session of the sender's last turn, asked
+	// last, if set, is the session of the sender's last turn, asked
 	// first: the supervisor is asked only when there is none or it has
-	// ended. It is updated with the session the turn went to.
-	sess **session.Session
+	// ended. bringTurn returns the session the turn went to, for the
+	// sender's next turn.
+	last *session.Session
 	// check, if set, is asked before a session is started for the turn
 	// and again right before the turn is queued (a reload may come while
 	// the session starts): an error ends the attempt, and is given to
@@ -43,53 +44,51 @@ type turnJob struct {
 // bringTurn brings j's turn to its agent and waits for its result,
 // trying again as j.retry says. It returns nil once the runtime has
 // answered the turn with result, or the last attempt's error (ctx's, if
-// ctx ended).
-func (g *Gateway) bringTurn(ctx context.Context, j turnJob) error {
+// ctx ended); and the session of the last attempt, if it got one.
+func (g *Gateway) bringTurn(ctx context.Context, j turnJob) (*session.Session, error) {
 	for attempt := 0; ; attempt++ {
-		sent, err := g.tryTurn(ctx, j)
+		sess, sent, err := g.tryTurn(ctx, j)
+		if sess != nil {
+			j.last = sess
+		}
 		switch {
 		case err == nil:
-			return nil
+			return j.last, nil
 		case ctx.Err() != nil:
-			return ctx.Err()
+			return j.last, ctx.Err()
 		case j.retry == nil:
-			return err
+			return j.last, err
 		}
 		wait, again := j.retry(attempt, sent, err)
 		if !again {
-			return err
+			return j.last, err
 		}
 		if wait > 0 && !g.sleep(ctx, wait) {
-			return ctx.Err()
+			return j.last, ctx.Err()
 		}
 	}
 }
 
 // tryTurn is one attempt of j: get the session, queue the turn, wait
-// until the runtime is handed it, then for its result. sent reports
-// whether the runtime was handed the turn.
-func (g *Gateway) tryTurn(ctx context.Context, j turnJob) (sent bool, err error) {
-	var sess *session.Session
-	if j.sess != nil {
-		sess = *j.sess
-	}
+// until the runtime is handed it, then for its result. It returns the
+// session it used (nil if it got none), and whether the runtime was
+// handed the turn.
+func (g *Gateway) tryTurn(ctx context.Context, j turnJob) (sess *session.Session, sent bool, err error) {
+	sess = j.last
 	if sess == nil || sess.Ended() {
 		if err := check(j); err != nil {
-			return false, err // no session is started for it
+			return nil, false, err // no session is started for it
 		}
 		if sess, err = g.sv.Ensure(ctx, j.agent); err != nil {
-			return false, err
-		}
-		if j.sess != nil {
-			*j.sess = sess
+			return nil, false, err
 		}
 	}
 	if err := check(j); err != nil {
-		return false, err
+		return sess, false, err
 	}
 	sentCh, done, err := sess.TurnSent(ctx, j.msg(sess))
 	if err != nil {
-		return false, err
+		return sess, false, err
 	}
 	// The turn may wait behind another: it counts as sent, and its
 	// session's end as its failure, only once the runtime was given it.
@@ -100,22 +99,22 @@ func (g *Gateway) tryTurn(ctx context.Context, j turnJob) (sent bool, err error)
 		case <-sentCh: // sent, and answered or ended at once
 			done = replay(err)
 		default:
-			return false, err
+			return sess, false, err
 		}
 	case <-ctx.Done():
-		return false, ctx.Err()
+		return sess, false, ctx.Err()
 	}
 	if j.sent != nil {
 		j.sent()
 	}
 	if j.await != nil {
-		return true, j.await(ctx, done)
+		return sess, true, j.await(ctx, done)
 	}
 	select {
 	case err := <-done:
-		return true, err
+		return sess, true, err
 	case <-ctx.Done():
-		return true, ctx.Err()
+		return sess, true, ctx.Err()
 	}
 }
 
