@@ -10,9 +10,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/bcpgw/bcpgw/gateway/notify"
+	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 // The gateway runs the notifier of its notify file and reads the file
@@ -45,17 +45,11 @@ func TestNotifyReloadsWithTheDefinitions(t *testing.T) {
 	e := startE2E(t, pair(1000, 1000, "review", nil, nil), func(c *Config) { c.Notify = targets })
 	// Each loop opens its cursor after the newest event: what happens
 	// after that is sent.
-	deadline := time.Now().Add(20 * time.Second)
 	started := func(name string) {
-		for {
-			if _, found, _ := e.gw.cfg.Store.NotifyCursor(testCtx(t), name); found {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the loop of %s did not start", name)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		testproc.Eventually(t, "the loop of "+name+" to start", func() bool {
+			_, found, _ := e.gw.cfg.Store.NotifyCursor(testCtx(t), name)
+			return found
+		})
 	}
 	started("one")
 	write("targets:\n  - {name: one, url: '" + srv.URL + "/one', events: ['reload_*']}\n  - {name: two, url: '" + srv.URL + "/two', events: [reload_ok]}\n")
@@ -77,16 +71,13 @@ func TestNotifyReloadsWithTheDefinitions(t *testing.T) {
 	}
 	// one hears both reloads and the refusal; two, in force since the
 	// first reload, hears at least the second.
-	for {
+	var got string
+	if !testproc.CheckFor(testWait, pollStep, func() bool {
 		mu.Lock()
-		got := strings.Join(kinds, ",")
+		got = strings.Join(kinds, ",")
 		mu.Unlock()
-		if strings.Count(got, "/one reload_ok") == 2 && strings.Count(got, "/one reload_failed") == 1 && strings.Contains(got, "/two reload_ok") {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("notifications %s; want two reload_ok and a reload_failed to one, a reload_ok to two", got)
-		}
-		time.Sleep(5 * time.Millisecond)
+		return strings.Count(got, "/one reload_ok") == 2 && strings.Count(got, "/one reload_failed") == 1 && strings.Contains(got, "/two reload_ok")
+	}) {
+		t.Fatalf("notifications %s; want two reload_ok and a reload_failed to one, a reload_ok to two", got)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/bcpgw/bcpgw/bcp"
 	"github.com/bcpgw/bcpgw/gateway/store"
 	"github.com/bcpgw/bcpgw/internal/clock"
+	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 var t0 = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
@@ -102,19 +103,6 @@ func (r *receiver) answer(fn func(n int) int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.status = fn
-}
-
-// waitFor polls cond until it holds; the deadline only keeps a broken
-// test from hanging.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 // harness runs a notifier on a store in a temporary directory.
@@ -212,7 +200,7 @@ func (h *harness) events(kind string) []store.Event {
 // opened it), so that events appended next are after it.
 func (h *harness) waitCursor(name string) {
 	h.t.Helper()
-	waitFor(h.t, "the cursor of "+name, func() bool {
+	testproc.Eventually(h.t, "the cursor of "+name, func() bool {
 		_, found, err := h.st.NotifyCursor(context.Background(), name)
 		return err == nil && found
 	})
@@ -247,8 +235,8 @@ func TestNotifierSendsWhatTheTargetWants(t *testing.T) {
 		store.Event{Kind: "refused", Agent: "researcher", Code: "validation_failed"},
 		store.Event{Kind: "reload_failed", Code: "definitions_invalid"},
 	)
-	waitFor(t, "three notifications", func() bool { return len(rcv.requests()) >= 3 })
-	waitFor(t, "three notify_sent events", func() bool { return len(h.events(KindSent)) == 3 })
+	testproc.Eventually(t, "three notifications", func() bool { return len(rcv.requests()) >= 3 })
+	testproc.Eventually(t, "three notify_sent events", func() bool { return len(h.events(KindSent)) == 3 })
 	got := rcv.requests()
 	if len(got) != 3 {
 		t.Fatalf("%d requests, want 3", len(got))
@@ -272,7 +260,7 @@ func TestNotifierSendsWhatTheTargetWants(t *testing.T) {
 	// The notify_sent events do not go out: "*" would not match them
 	// either.
 	h.append(store.Event{Kind: "agent_failed", Agent: "other"})
-	waitFor(t, "the fourth notification", func() bool { return len(rcv.requests()) == 4 })
+	testproc.Eventually(t, "the fourth notification", func() bool { return len(rcv.requests()) == 4 })
 	h.stop()
 	if n := len(rcv.requests()); n != 4 {
 		t.Errorf("%d requests in all, want 4", n)
@@ -292,21 +280,21 @@ func TestNotifierRetriesWithBackoffThenCatchesUp(t *testing.T) {
 	h.start(targetFile(rcv.srv.URL, "json", "agent_failed"))
 	h.waitCursor("hook")
 	h.append(store.Event{Kind: "agent_failed", Agent: "a"})
-	waitFor(t, "the first attempt", func() bool { return len(rcv.requests()) == 1 })
+	testproc.Eventually(t, "the first attempt", func() bool { return len(rcv.requests()) == 1 })
 	for attempt := 1; attempt < MaxAttempts; attempt++ {
 		want := time.Duration(1<<(attempt-1)) * time.Second
 		if Backoff(attempt) != want {
 			t.Fatalf("Backoff(%d) = %s, want %s", attempt, Backoff(attempt), want)
 		}
-		waitFor(t, fmt.Sprintf("the wait of %s after attempt %d", want, attempt), func() bool { return c.PendingFor(want) })
+		testproc.Eventually(t, fmt.Sprintf("the wait of %s after attempt %d", want, attempt), func() bool { return c.PendingFor(want) })
 		c.Advance(want - time.Millisecond)
 		if n := len(rcv.requests()); n != attempt {
 			t.Fatalf("%d requests %s after attempt %d, want %d: tried again too early", n, want-time.Millisecond, attempt, attempt)
 		}
 		c.Advance(time.Millisecond)
-		waitFor(t, fmt.Sprintf("attempt %d", attempt+1), func() bool { return len(rcv.requests()) == attempt+1 })
+		testproc.Eventually(t, fmt.Sprintf("attempt %d", attempt+1), func() bool { return len(rcv.requests()) == attempt+1 })
 	}
-	waitFor(t, "notify_down", func() bool { return len(h.events(KindDown)) == 1 })
+	testproc.Eventually(t, "notify_down", func() bool { return len(h.events(KindDown)) == 1 })
 	if ev := h.events(KindDown)[0]; ev.Ref != "hook" || !strings.Contains(ev.Detail, "failed 10 attempts") || !strings.Contains(ev.Detail, "503") {
 		t.Errorf("notify_down = %+v", ev)
 	}
@@ -316,9 +304,9 @@ func TestNotifierRetriesWithBackoffThenCatchesUp(t *testing.T) {
 	// Down, it is tried every 300s; events of the outage wait behind it.
 	h.append(store.Event{Kind: "agent_failed", Agent: "b"})
 	for attempt := MaxAttempts; attempt < MaxAttempts+3; attempt++ {
-		waitFor(t, "the wait of 300s", func() bool { return c.PendingFor(MaxBackoff) })
+		testproc.Eventually(t, "the wait of 300s", func() bool { return c.PendingFor(MaxBackoff) })
 		c.Advance(MaxBackoff)
-		waitFor(t, fmt.Sprintf("attempt %d", attempt+1), func() bool { return len(rcv.requests()) == attempt+1 })
+		testproc.Eventually(t, fmt.Sprintf("attempt %d", attempt+1), func() bool { return len(rcv.requests()) == attempt+1 })
 	}
 	if n := len(h.events(KindDown)); n != 1 {
 		t.Errorf("%d notify_down events, want one for the outage", n)
@@ -330,20 +318,20 @@ func TestNotifierRetriesWithBackoffThenCatchesUp(t *testing.T) {
 	rcv.hang = make(chan struct{})
 	rcv.mu.Unlock()
 	rcv.answer(func(int) int { return 200 })
-	waitFor(t, "the wait of 300s", func() bool { return c.PendingFor(MaxBackoff) })
+	testproc.Eventually(t, "the wait of 300s", func() bool { return c.PendingFor(MaxBackoff) })
 	c.Advance(MaxBackoff)
 	// Received (its signature checked at the time it was sent) before the
 	// clock moves on.
-	waitFor(t, "attempt 14", func() bool { return len(rcv.requests()) == 14 })
-	waitFor(t, "the attempt's timeout", func() bool { return c.PendingFor(DefaultTimeout) })
+	testproc.Eventually(t, "attempt 14", func() bool { return len(rcv.requests()) == 14 })
+	testproc.Eventually(t, "the attempt's timeout", func() bool { return c.PendingFor(DefaultTimeout) })
 	c.Advance(DefaultTimeout)
-	waitFor(t, "the wait after a timeout", func() bool { return c.PendingFor(MaxBackoff) })
+	testproc.Eventually(t, "the wait after a timeout", func() bool { return c.PendingFor(MaxBackoff) })
 	rcv.mu.Lock()
 	close(rcv.hang)
 	rcv.hang = nil
 	rcv.mu.Unlock()
 	c.Advance(MaxBackoff)
-	waitFor(t, "both events sent", func() bool { return len(h.events(KindSent)) == 2 })
+	testproc.Eventually(t, "both events sent", func() bool { return len(h.events(KindSent)) == 2 })
 	if ups := h.events(KindUp); len(ups) != 1 || ups[0].Ref != "hook" {
 		t.Errorf("notify_up = %+v, want one for hook", ups)
 	}
@@ -379,7 +367,7 @@ func TestNotifierGoneDisablesUntilTheURLChanges(t *testing.T) {
 	h.start(file)
 	h.waitCursor("hook")
 	h.append(store.Event{Kind: "agent_failed", Agent: "a"}, store.Event{Kind: "agent_failed", Agent: "b"}, store.Event{Kind: "agent_failed", Agent: "c"})
-	waitFor(t, "notify_disabled", func() bool { return len(h.events(KindDisabled)) == 1 })
+	testproc.Eventually(t, "notify_disabled", func() bool { return len(h.events(KindDisabled)) == 1 })
 	if f := h.events(KindFailed); len(f) != 1 || !strings.Contains(f[0].Detail, "400") {
 		t.Errorf("notify_failed = %+v, want one for the 400", f)
 	}
@@ -402,7 +390,7 @@ func TestNotifierGoneDisablesUntilTheURLChanges(t *testing.T) {
 	// event that was answered 410.
 	rcv2 := newReceiver(t, c)
 	h.restart(targetFile(rcv2.srv.URL, "json", "agent_*"))
-	waitFor(t, "the catch-up", func() bool { return len(rcv2.requests()) == 4 })
+	testproc.Eventually(t, "the catch-up", func() bool { return len(rcv2.requests()) == 4 })
 	var agents []string
 	for _, r := range rcv2.requests() {
 		agents = append(agents, decodeMessage(t, r.Body).Agent)
@@ -429,14 +417,14 @@ func TestNotifierResumesFromItsCursorAfterARestart(t *testing.T) {
 	}
 	// Stopped once they are answered: an attempt cut short by the stop
 	// would rightly be sent again.
-	waitFor(t, "five notify_sent", func() bool { return len(h.events(KindSent)) == 5 })
+	testproc.Eventually(t, "five notify_sent", func() bool { return len(h.events(KindSent)) == 5 })
 	h.stop()
 	h.open()
 	for i := 5; i < 10; i++ {
 		h.append(store.Event{Kind: "agent_failed", Agent: fmt.Sprint("a", i)})
 	}
 	h.start(file)
-	waitFor(t, "ten notifications", func() bool { return len(rcv.requests()) >= 10 })
+	testproc.Eventually(t, "ten notifications", func() bool { return len(rcv.requests()) >= 10 })
 	h.stop()
 	seen := map[string]int{}
 	for _, r := range rcv.requests() {
@@ -467,8 +455,8 @@ func TestNotifierReportsAGapAfterRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.start(file)
-	waitFor(t, "notify_gap", func() bool { return len(h.events(KindGap)) == 1 })
-	waitFor(t, "the kept event", func() bool { return len(rcv.requests()) == 1 })
+	testproc.Eventually(t, "notify_gap", func() bool { return len(h.events(KindGap)) == 1 })
+	testproc.Eventually(t, "the kept event", func() bool { return len(rcv.requests()) == 1 })
 	if m := decodeMessage(t, rcv.requests()[0].Body); m.Agent != "new" {
 		t.Errorf("sent %s, want only the event kept", m.Agent)
 	}
@@ -501,7 +489,7 @@ func TestNotificationContentIsSafe(t *testing.T) {
 			if err := h.st.AddApproval(context.Background(), &a, store.Event{Time: t0, Kind: "approval_queued", Agent: "researcher", Peer: "main"}); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "the notification", func() bool { return len(rcv.requests()) == 1 })
+			testproc.Eventually(t, "the notification", func() bool { return len(rcv.requests()) == 1 })
 			h.cancel()
 			<-h.done
 			h.cancel = nil
