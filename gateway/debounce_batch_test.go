@@ -3,7 +3,6 @@ package gateway
 import (
 	"encoding/json"
 	"math"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -53,34 +52,6 @@ bcp_channels:
 	}
 }
 
-// verdictRec is a verdict as testrt logs it, with what debounce and
-// batching add.
-type verdictRec struct {
-	Event      string `json:"event"`
-	Success    bool   `json:"success"`
-	Detail     string `json:"detail"`
-	Superseded string `json:"superseded"`
-}
-
-func (e *e2e) verdictRecs(n int) []verdictRec {
-	e.t.Helper()
-	var out []verdictRec
-	if !testproc.CheckFor(testWait, pollStep, func() bool {
-		out = nil
-		b, _ := os.ReadFile(testrtLog(e.dir, "researcher"))
-		for _, line := range strings.Split(string(b), "\n") {
-			var v verdictRec
-			if json.Unmarshal([]byte(line), &v) == nil && v.Event == "verdict" {
-				out = append(out, v)
-			}
-		}
-		return len(out) >= n
-	}) {
-		e.t.Fatalf("%d verdicts, want %d", len(out), n)
-	}
-	return out
-}
-
 // TestDebounceReplacesAPendingPush: while main applies the first push
 // (topic a), three pushes on topic b arrive: each replaces the one before,
 // which was still pending. main gets a and the last b only; the two
@@ -97,7 +68,7 @@ func TestDebounceReplacesAPendingPush(t *testing.T) {
 	)
 	e := startE2E(t, debounceBatchPair("1500ms", publish), func(c *Config) { c.Clock = clk })
 	e.prompt("researcher", "go")
-	vs := e.verdictRecs(4)
+	vs := e.waitRecords("researcher", "verdict", 4)
 	applied := e.waitRecords("main", "applied", 2)
 	e.waitCount("delivery_acked", "", 2)
 
@@ -170,10 +141,10 @@ func TestDebounceWindow(t *testing.T) {
 	)
 	e := startE2E(t, debounceBatchPair("2s", publish), func(c *Config) { c.Clock = clk })
 	e.prompt("researcher", "go")
-	e.verdictRecs(2)
+	e.waitRecords("researcher", "verdict", 2)
 	clk.Advance(10*time.Minute + time.Millisecond)
 	e.prompt("researcher", "publish")
-	vs := e.verdictRecs(4)
+	vs := e.waitRecords("researcher", "verdict", 4)
 	if vs[2].Superseded != "" || vs[3].Superseded != "" {
 		t.Errorf("a push older than the window was replaced: %+v", vs)
 	}
@@ -196,7 +167,7 @@ func TestBatchOfFiveIsOneTurn(t *testing.T) {
 	clk := clock.NewFake(time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC))
 	e := startE2E(t, debounceBatchPair("", batchedPushes(5)), func(c *Config) { c.Clock = clk })
 	e.prompt("researcher", "go")
-	vs := e.verdictRecs(5)
+	vs := e.waitRecords("researcher", "verdict", 5)
 	for i, v := range vs {
 		if !v.Success || !strings.Contains(v.Detail, "held in batch dl-") {
 			t.Errorf("verdict %d = %+v", i, v)
@@ -261,7 +232,7 @@ func TestBatchWindow(t *testing.T) {
 	clk := clock.NewFake(time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC))
 	e := startE2E(t, debounceBatchPair("", batchedPushes(2)), func(c *Config) { c.Clock = clk })
 	e.prompt("researcher", "go")
-	e.verdictRecs(2)
+	e.waitRecords("researcher", "verdict", 2)
 	waitTimer(t, clk, 5*time.Minute)
 	clk.Advance(5*time.Minute - time.Second)
 	time.Sleep(300 * time.Millisecond)
@@ -284,7 +255,7 @@ func TestBatchWindowSurvivesRestart(t *testing.T) {
 	set, vars := writeAgents(t, dir, debounceBatchPair("", batchedPushes(3)))
 	e := runE2E(t, dir, set, vars, func(c *Config) { c.Clock = clk })
 	e.prompt("researcher", "go")
-	e.verdictRecs(3)
+	e.waitRecords("researcher", "verdict", 3)
 	waitTimer(t, clk, 5*time.Minute)
 	e.stop()
 
@@ -317,7 +288,7 @@ func TestDebounceWithinBatch(t *testing.T) {
 	specs[0].front = strings.Replace(specs[0].front, "debounce: {key: topic, window: 10m}", "debounce: {key: topic, window: 10m}\n        batch: {window: 1m, max: 3}", 1)
 	e := startE2E(t, specs, func(c *Config) { c.Clock = clk })
 	e.prompt("researcher", "go")
-	vs := e.verdictRecs(3)
+	vs := e.waitRecords("researcher", "verdict", 3)
 	if vs[2].Superseded == "" {
 		t.Errorf("verdict %+v, want one superseding the first", vs[2])
 	}

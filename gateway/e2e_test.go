@@ -52,6 +52,9 @@ type rec struct {
 	Response       json.RawMessage `json:"response"`
 	Prompt         string          `json:"prompt"`
 	Anomalies      int             `json:"anomalies"`
+	// What a Reader's verdict says of a subscription's policy.
+	Filtered   bool   `json:"filtered"`
+	Superseded string `json:"superseded"`
 }
 
 // agentSpec is one agent of a test: its frontmatter after name and

@@ -91,7 +91,7 @@ func TestBatchedPushesCountedInSubscriptionMetrics(t *testing.T) {
 	tune, reg := withMetrics()
 	e := startE2E(t, debounceBatchPair("", batchedPushes(5)), func(c *Config) { tune(c); c.Clock = clk })
 	e.prompt("researcher", "go")
-	e.verdictRecs(5)
+	e.waitRecords("researcher", "verdict", 5)
 	e.waitCount("delivery_acked", "", 1)
 	labels := map[string]string{"controller": "main", "reader": "researcher", "subscription": "batched"}
 	waitMetric(t, reg, "bcpgw_subscription_pushes_total", map[string]string{"controller": "main", "reader": "researcher",

@@ -1,10 +1,7 @@
 package gateway
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -65,40 +62,6 @@ bcp_channels:
 	}
 }
 
-// policyVerdict is a verdict as the Reader's runtime logged it.
-type policyVerdict struct {
-	Event    string `json:"event"`
-	Success  bool   `json:"success"`
-	Filtered bool   `json:"filtered"`
-	Detail   string `json:"detail"`
-}
-
-// policyVerdicts waits for n verdicts in researcher's log and returns them.
-func (e *e2e) policyVerdicts(n int) []policyVerdict {
-	e.t.Helper()
-	var got []policyVerdict
-	if !testproc.CheckFor(testWait, pollStep, func() bool {
-		got = nil
-		f, err := os.Open(testrtLog(e.dir, "researcher"))
-		if err != nil {
-			return false
-		}
-		defer f.Close()
-		sc := bufio.NewScanner(f)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			var v policyVerdict
-			if json.Unmarshal(sc.Bytes(), &v) == nil && v.Event == "verdict" {
-				got = append(got, v)
-			}
-		}
-		return len(got) >= n
-	}) {
-		e.t.Fatalf("%d verdicts, want %d: %+v", len(got), n, got)
-	}
-	return got
-}
-
 // waitCount waits until there are n events of kind (and code).
 func (e *e2e) waitCount(kind, code string, n int) {
 	e.t.Helper()
@@ -121,7 +84,7 @@ func TestSubscriptionRateLimitAtTheBoundary(t *testing.T) {
 	const refused = "rate_limited: Rate limit of subscription 'limited' from controller 'main' reached (2/hour); nothing was charged; the next push is allowed in "
 	check := func(from int, want ...string) {
 		t.Helper()
-		vs := e.policyVerdicts(from + len(want))
+		vs := e.waitRecords("researcher", "verdict", from+len(want))
 		for i, w := range want {
 			v := vs[from+i]
 			switch {
@@ -142,7 +105,7 @@ func TestSubscriptionRateLimitAtTheBoundary(t *testing.T) {
 	clk.Advance(time.Second)
 	e.prompt("researcher", "publish")
 	check(6, "ok")
-	for _, v := range e.policyVerdicts(9)[7:] {
+	for _, v := range e.waitRecords("researcher", "verdict", 9)[7:] {
 		if v.Success || !strings.HasPrefix(v.Detail, "budget_exhausted: ") {
 			t.Errorf("verdict %+v, want budget_exhausted", v)
 		}
@@ -184,7 +147,7 @@ func TestSubscriptionFilter(t *testing.T) {
 	// filtered pushes would add 10 and the filtered finding 121.
 	e := startE2E(t, policyPair(130, publish), func(c *Config) { c.Clock = clk })
 	e.prompt("researcher", "go")
-	vs := e.policyVerdicts(7)
+	vs := e.waitRecords("researcher", "verdict", 7)
 
 	const notDelivered = "Accepted but not delivered to controller main: it does not match the delivery filter of subscription '%s'; nothing was charged"
 	filteredDetail := func(sub string) string { return strings.Replace(notDelivered, "%s", sub, 1) }
