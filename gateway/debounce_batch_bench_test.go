@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/bcp"
 	"github.com/bcpgw/bcpgw/gateway/session"
 	"github.com/bcpgw/bcpgw/gateway/store"
@@ -62,37 +61,7 @@ func BenchmarkPushPolicyFlood(b *testing.B) {
 func policyFlood(b *testing.B, secs int, policy string) float64 {
 	b.Helper()
 	dir := b.TempDir()
-	readerOut := filepath.Join(agents.DefaultWorkdir(dir, "researcher"), "flood")
-	controllerOut := filepath.Join(agents.DefaultWorkdir(dir, "main"), "received")
-	for _, p := range []string{readerOut, controllerOut} {
-		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-			b.Fatal(err)
-		}
-	}
-	defs := map[string]string{
-		"main.md": fmt.Sprintf(`---
-name: main
-runtime: [%q, "controller-log", "-", %q]
-autostart: true
-bcp_channels:
-  - peer: researcher
-    role: controller
-    max_category: 2
-    budget_bits: 1000000000
-    subscriptions:
-      - {id: load, category: 2, questions: [{id: t, question: "When?", max_words: 1}]%s}
----
-`, benchrtPath, controllerOut, policy),
-		"researcher.md": fmt.Sprintf(`---
-name: researcher
-runtime: [%q, "flood", "%d", %q]
-autostart: true
-tools: [BCPPublish]
-bcp_channels:
-  - {peer: main, role: reader, max_category: 2, budget_bits: 1000000000}
----
-`, benchrtPath, secs, readerOut),
-	}
+	defs, readerOut, _ := floodAgents(b, dir, secs, policy)
 	gw := startGateway(b, dir, defs, func(c *Config) {
 		c.Session = session.Config{FloodRate: 1e9, FloodBurst: 1e9}
 		c.MaxBacklog = 1 << 30

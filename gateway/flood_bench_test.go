@@ -48,37 +48,7 @@ type floodResult struct {
 func runFlood(b *testing.B, secs int) floodResult {
 	b.Helper()
 	dir := b.TempDir()
-	readerOut := filepath.Join(agents.DefaultWorkdir(dir, "researcher"), "flood")
-	controllerOut := filepath.Join(agents.DefaultWorkdir(dir, "main"), "received")
-	for _, p := range []string{readerOut, controllerOut} {
-		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-			b.Fatal(err)
-		}
-	}
-	defs := map[string]string{
-		"main.md": fmt.Sprintf(`---
-name: main
-runtime: [%q, "controller-log", "-", %q]
-autostart: true
-bcp_channels:
-  - peer: researcher
-    role: controller
-    max_category: 2
-    budget_bits: 1000000000
-    subscriptions:
-      - {id: load, category: 2, questions: [{id: t, question: "When?", max_words: 1}]}
----
-`, benchrtPath, controllerOut),
-		"researcher.md": fmt.Sprintf(`---
-name: researcher
-runtime: [%q, "flood", "%d", %q]
-autostart: true
-tools: [BCPPublish]
-bcp_channels:
-  - {peer: main, role: reader, max_category: 2, budget_bits: 1000000000}
----
-`, benchrtPath, secs, readerOut),
-	}
+	defs, readerOut, controllerOut := floodAgents(b, dir, secs, "")
 	// The flooding Reader is the point: no line limit slows it.
 	startGateway(b, dir, defs, func(c *Config) { c.Session = session.Config{FloodRate: 1e9, FloodBurst: 1e9} })
 	waitFile(b, readerOut) // every verdict is in
@@ -118,4 +88,45 @@ bcp_channels:
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// floodAgents returns the definitions of the flood benchmarks in dir: a
+// Reader flooding the Cat-2 subscription load of main for secs (benchrt
+// flood), with policy added to the subscription (e.g. ", batch: {...}"),
+// and the files where the Reader's verdicts and what main received are
+// written.
+func floodAgents(b *testing.B, dir string, secs int, policy string) (defs map[string]string, readerOut, controllerOut string) {
+	b.Helper()
+	readerOut = filepath.Join(agents.DefaultWorkdir(dir, "researcher"), "flood")
+	controllerOut = filepath.Join(agents.DefaultWorkdir(dir, "main"), "received")
+	for _, p := range []string{readerOut, controllerOut} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			b.Fatal(err)
+		}
+	}
+	defs = map[string]string{
+		"main.md": fmt.Sprintf(`---
+name: main
+runtime: [%q, "controller-log", "-", %q]
+autostart: true
+bcp_channels:
+  - peer: researcher
+    role: controller
+    max_category: 2
+    budget_bits: 1000000000
+    subscriptions:
+      - {id: load, category: 2, questions: [{id: t, question: "When?", max_words: 1}]%s}
+---
+`, benchrtPath, controllerOut, policy),
+		"researcher.md": fmt.Sprintf(`---
+name: researcher
+runtime: [%q, "flood", "%d", %q]
+autostart: true
+tools: [BCPPublish]
+bcp_channels:
+  - {peer: main, role: reader, max_category: 2, budget_bits: 1000000000}
+---
+`, benchrtPath, secs, readerOut),
+	}
+	return defs, readerOut, controllerOut
 }
