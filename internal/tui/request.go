@@ -2,6 +2,7 @@ package tui
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/bcpgw/bcpgw/bcp"
@@ -68,13 +69,20 @@ func (m Model) requestLines(a control.Approval, w int) (out []string) {
 	return out
 }
 
-// fieldLine describes one Cat-1 field: "urgent: true or false".
+// fieldLine describes one Cat-1 field: "urgent: true or false",
+// `priority: one of "low", "high"`.
 func fieldLine(f bcp.Field) string {
 	switch f.Type {
 	case bcp.Boolean:
 		return f.Name + ": true or false"
 	case bcp.Enum:
-		return f.Name + ": one of " + strings.Join(f.Values, ", ")
+		// Each value quoted: the values are the requesting Controller's
+		// text, and "high, low" must not read as two of them.
+		q := make([]string, len(f.Values))
+		for i, v := range f.Values {
+			q[i] = strconv.Quote(v)
+		}
+		return f.Name + ": one of " + strings.Join(q, ", ")
 	case bcp.Integer:
 		return f.Name + ": an integer, " + bounds(f.Min, f.Max)
 	}
