@@ -271,16 +271,17 @@ func (pp *pushPolicy) startWindow(id string, deadline time.Time) {
 		pp.mu.Lock()
 		delete(pp.timers, id)
 		pp.mu.Unlock()
-		pp.closeBatch(id)
+		pp.closeBatch(id, "window passed", "window")
 	}) {
 		cancel()
 	}
 }
 
-// closeBatch closes batch id now that its window has passed.
-func (pp *pushPolicy) closeBatch(id string) {
+// closeBatch closes batch id now: why says so in its event, and label
+// in bcpgw_batches_total ("window", "reload").
+func (pp *pushPolicy) closeBatch(id, why, label string) {
 	g := pp.g
-	ev := store.Event{Time: g.now(), Kind: "batch_closed", Detail: "window passed"}
+	ev := store.Event{Time: g.now(), Kind: "batch_closed", Detail: why}
 	g.cfg.Store.CloseBatchThen(id, g.now(), ev, func(b *store.Delivery, err error) {
 		if err != nil {
 			// The batch stays open in the store; the next run closes it.
@@ -290,7 +291,7 @@ func (pp *pushPolicy) closeBatch(id string) {
 		if b == nil {
 			return // closed by its max meanwhile
 		}
-		pp.batchClosed(b, "window")
+		pp.batchClosed(b, label)
 		g.outbox.enqueue(*b)
 	})
 }
@@ -316,6 +317,32 @@ func (g *Gateway) resumeBatches(ctx context.Context) error {
 		g.log.Info("resuming open batches from the state directory", "batches", len(open))
 	}
 	return nil
+}
+
+// closeUnbatched closes now the open batches whose subscription set no
+// longer batches (a reload removed its batch, or the subscription), so
+// that they reach their Controller before the pushes that now go
+// directly, not when their window would have passed. A batch whose
+// subscription is gone is then dropped by the outbox, as any revoked
+// delivery.
+func (g *Gateway) closeUnbatched(ctx context.Context, set *agents.Set) {
+	open, err := g.cfg.Store.OpenBatches(ctx)
+	if err != nil {
+		g.log.Error("could not read the open batches after a reload; each closes when its window passes", "error", err)
+		return
+	}
+	for _, b := range open {
+		if sub := set.Subscription(b.Controller, b.Reader, b.SubscriptionID); sub != nil && sub.Batch != nil {
+			continue
+		}
+		g.policy.mu.Lock()
+		if cancel := g.policy.timers[b.ID]; cancel != nil {
+			cancel()
+			delete(g.policy.timers, b.ID)
+		}
+		g.policy.mu.Unlock()
+		g.policy.closeBatch(b.ID, "its subscription no longer batches (a reload)", "reload")
+	}
 }
 
 // claim asks controller's courier to leave the pending delivery id, which
@@ -433,7 +460,7 @@ func newPolicyMetrics(reg prometheus.Registerer) *policyMetrics {
 		}),
 		batches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bcpgw_batches_total",
-			Help: "Batches closed into one delivery, by why: max (its max pushes or bytes reached), line (the next push would have made its delivery too long a line) or window (its window passed).",
+			Help: "Batches closed into one delivery, by why: max (its max pushes or bytes reached), line (the next push would have made its delivery too long a line), window (its window passed) or reload (a reload took its subscription's batch away).",
 		}, []string{"why"}),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "bcpgw_batch_pushes",
@@ -444,6 +471,7 @@ func newPolicyMetrics(reg prometheus.Registerer) *policyMetrics {
 	m.batches.WithLabelValues("max")
 	m.batches.WithLabelValues("window")
 	m.batches.WithLabelValues("line")
+	m.batches.WithLabelValues("reload")
 	reg.MustRegister(m.superseded, m.batches, m.batchSize)
 	return m
 }

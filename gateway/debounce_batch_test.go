@@ -299,3 +299,29 @@ func TestDebounceWithinBatch(t *testing.T) {
 		t.Errorf("batch %s", got[0].Response)
 	}
 }
+
+// TestReloadThatRemovesBatchClosesTheOpenBatch: a reload that takes the
+// batch away closes the open batch at once, without waiting for its
+// window, so that it reaches main before the pushes that now go directly.
+func TestReloadThatRemovesBatchClosesTheOpenBatch(t *testing.T) {
+	clk := clock.NewFake(time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC))
+	e := startE2E(t, debounceBatchPair("", batchedPushes(2)), func(c *Config) { c.Clock = clk })
+	e.prompt("researcher", "go")
+	e.waitRecords("researcher", "verdict", 2)
+	waitTimer(t, clk, 5*time.Minute)
+	e.edit("main", replace(t, "        batch: {window: 5m, max: 5}\n", ""))
+	e.reload()
+	got := e.waitRecords("main", "delivery", 1) // the clock has not moved
+	if string(got[0].Response) != `[{"n":0},{"n":1}]` {
+		t.Errorf("batch %s, want both pushes", got[0].Response)
+	}
+	if ev := e.waitEvent("batch_closed", ""); len(ev) != 1 || !strings.Contains(ev[0].Detail, "no longer batches") {
+		t.Errorf("batch_closed events = %+v", ev)
+	}
+	// The same pushes again now go one by one, after the batch.
+	e.prompt("researcher", "publish")
+	got = e.waitRecords("main", "delivery", 3)
+	if string(got[1].Response) != `{"n":0}` || string(got[2].Response) != `{"n":1}` {
+		t.Errorf("after the reload main got %s then %s, want {\"n\":0} then {\"n\":1}", got[1].Response, got[2].Response)
+	}
+}

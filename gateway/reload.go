@@ -138,6 +138,7 @@ func (g *Gateway) Reload(ctx context.Context, by string) (Reloaded, error) {
 	}
 	g.set.Store(set)
 	tell() // the Controllers of revoked runtime subscriptions, now that routing refuses them
+	g.closeUnbatched(g.ctx, set)
 	g.egress.prune(set)
 	r := Reloaded{Changes: ch, Agents: len(set.Agents), Notify: notified}
 	r.SchedulesAdded, r.SchedulesRemoved = g.sched.update(set)
