@@ -193,16 +193,12 @@ func BenchmarkPushCycle(b *testing.B) {
 func BenchmarkPruneBatch(b *testing.B) {
 	s := openT(b, filepath.Join(b.TempDir(), "state.db"))
 	ctx := context.Background()
-	d := sampleDelivery(1)
-	anomalies, err := json.Marshal(d.Anomalies)
-	if err != nil {
-		b.Fatal(err)
-	}
 	fill := func() {
 		err := s.write(ctx, func(tx *wtx) error {
 			for range pruneBatch {
-				if _, err := tx.Exec(sqlInsertDelivery, NewID("dl-", 16), d.Controller, d.Reader, d.SubscriptionID, d.QueryID,
-					d.RequestID, d.ApprovalID, int(d.Category), string(d.Response), string(anomalies), d.Bits, millis(t0)); err != nil {
+				d := sampleDelivery(1)
+				d.ID, d.CreatedAt = NewID("dl-", 16), t0
+				if err := insertDelivery(tx, d); err != nil {
 					return err
 				}
 				if _, err := tx.Exec(`UPDATE deliveries SET state = 'delivered', done_at = ? WHERE seq = last_insert_rowid()`, millis(t0)); err != nil {
