@@ -348,17 +348,13 @@ func (n *Notifier) deliver(ctx context.Context, l *loop, log hclog.Logger, e sto
 		switch r.Outcome {
 		case OutcomeOK:
 			n.cfg.Metrics.delivered(t.Name)
-			var events []store.Event
-			if l.state.down.Swap(false) {
-				log.Info("target up again: catching up from its cursor", "seq", e.Seq, "attempts", attempt)
-				events = append(events, store.Event{Time: now, Kind: KindUp, Ref: t.Name,
-					Detail: fmt.Sprintf("target %s up again after %d attempts of %s; catching up from its cursor", t.Name, attempt, about)})
-			}
+			events := n.up(l, log, e, attempt, about, now)
 			log.Debug("notification sent", "seq", e.Seq, "kind", e.Kind, "status", r.Status, "attempts", attempt)
 			st.AdvanceNotifyCursor(t.Name, e.Seq, now, append(events, store.Event{Time: now, Kind: KindSent, Ref: t.Name,
 				Detail: fmt.Sprintf("%s sent to %s: %s after %d attempt(s), %s", about, t.Name, r, attempt, r.Duration.Round(time.Millisecond))})...)
 			return done
 		case OutcomeGone:
+			l.state.down.Store(false) // answered: not down, gone
 			l.state.disabled.Store(true)
 			reason := fmt.Sprintf("%s answered %s to %s", t.Host(), r, about)
 			log.Warn("target disabled: its endpoint answered 410 Gone; change its url in the notify file to send to it again", "seq", e.Seq)
@@ -371,8 +367,8 @@ func (n *Notifier) deliver(ctx context.Context, l *loop, log hclog.Logger, e sto
 		case OutcomeRefused:
 			n.cfg.Metrics.failed(t.Name)
 			log.Error("notification refused by the endpoint; giving it up", "seq", e.Seq, "kind", e.Kind, "response", r.String(), "body", string(r.Body))
-			st.AdvanceNotifyCursor(t.Name, e.Seq, now, store.Event{Time: now, Kind: KindFailed, Ref: t.Name,
-				Detail: fmt.Sprintf("%s given up for %s: %s (not tried again)", about, t.Name, r)})
+			st.AdvanceNotifyCursor(t.Name, e.Seq, now, append(n.up(l, log, e, attempt, about, now), store.Event{Time: now, Kind: KindFailed, Ref: t.Name,
+				Detail: fmt.Sprintf("%s given up for %s: %s (not tried again)", about, t.Name, r)})...)
 			return done
 		}
 		d := Backoff(attempt)
@@ -395,6 +391,18 @@ func (n *Notifier) deliver(ctx context.Context, l *loop, log hclog.Logger, e sto
 			return stopped
 		}
 	}
+}
+
+// up returns the KindUp event of l's target if it was down: its endpoint
+// has answered (the attempt-th try of e), and it catches up from its
+// cursor. It returns nothing if the target was not down.
+func (n *Notifier) up(l *loop, log hclog.Logger, e store.Event, attempt int, about string, now time.Time) []store.Event {
+	if !l.state.down.Swap(false) {
+		return nil
+	}
+	log.Info("target up again: catching up from its cursor", "seq", e.Seq, "attempts", attempt)
+	return []store.Event{{Time: now, Kind: KindUp, Ref: l.t.Name,
+		Detail: fmt.Sprintf("target %s up again after %d attempts of %s; catching up from its cursor", l.t.Name, attempt, about)}}
 }
 
 // Test sends a sample notification to the target named name, once (no

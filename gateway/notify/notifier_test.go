@@ -592,3 +592,38 @@ func TestRedirectsAreNotFollowed(t *testing.T) {
 		t.Errorf("the redirect was followed: %d requests", n)
 	}
 }
+
+// A target that is down and then refuses the event (a 4xx) is up again:
+// its endpoint answered. The event is given up (notify_failed) with a
+// notify_up, and the next event goes out at once.
+func TestNotifierDownThenRefusedIsUp(t *testing.T) {
+	c := clock.NewFake(t0)
+	h := newHarness(t, c)
+	rcv := newReceiver(t, c)
+	rcv.answer(func(n int) int {
+		if n <= MaxAttempts {
+			return 503
+		}
+		if n == MaxAttempts+1 {
+			return 400
+		}
+		return 200
+	})
+	h.start(targetFile(rcv.srv.URL, "json", "agent_failed"))
+	h.waitCursor("hook")
+	h.append(store.Event{Kind: "agent_failed", Agent: "a"})
+	h.append(store.Event{Kind: "agent_failed", Agent: "b"})
+	for attempt := 1; attempt <= MaxAttempts; attempt++ {
+		testproc.Eventually(t, fmt.Sprintf("attempt %d", attempt), func() bool { return len(rcv.requests()) == attempt })
+		d := Backoff(attempt)
+		testproc.Eventually(t, fmt.Sprintf("the wait of %s", d), func() bool { return c.PendingFor(d) })
+		c.Advance(d)
+	}
+	testproc.Eventually(t, "the second event sent", func() bool { return len(h.events(KindSent)) == 1 })
+	if n := len(h.events(KindDown)); n != 1 {
+		t.Errorf("%d notify_down, want 1", n)
+	}
+	if f, u := h.events(KindFailed), h.events(KindUp); len(f) != 1 || !strings.Contains(f[0].Detail, "400") || len(u) != 1 {
+		t.Errorf("notify_failed %+v and notify_up %+v, want one of each", f, u)
+	}
+}
