@@ -11,6 +11,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 func TestOpenLocksTheStateFile(t *testing.T) {
@@ -173,10 +175,7 @@ func TestBacklogCountsPendingOnly(t *testing.T) {
 		}
 		return approvals == 1 && deliveries == 2
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !checkBacklog() && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond) // FinishDelivery commits asynchronously
-	}
+	testproc.CheckFor(10*time.Second, 5*time.Millisecond, checkBacklog) // FinishDelivery commits asynchronously
 	if approvals != 1 || deliveries != 2 {
 		t.Errorf("Backlog = %d approvals, %d deliveries; want 1 and 2", approvals, deliveries)
 	}

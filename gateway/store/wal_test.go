@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 // burst queues n deliveries with an event each without waiting, the
@@ -126,9 +128,7 @@ func TestWALCheckpointsDoNotBlockReaders(t *testing.T) {
 	before := reads.Load()
 	// A few more reads once the burst is over, so that a reader stuck
 	// behind a checkpoint would show.
-	for deadline := time.Now().Add(10 * time.Second); reads.Load() < before+4 && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
-	}
+	testproc.CheckFor(10*time.Second, time.Millisecond, func() bool { return reads.Load() >= before+4 })
 	stop()
 	wg.Wait()
 	st := s.WALStats()
@@ -177,11 +177,13 @@ func TestWALCheckpointWaitsOutALongReader(t *testing.T) {
 	}
 	// The next commits after the writer's pause (at most a second)
 	// truncate it.
-	deadline := time.Now().Add(10 * time.Second)
-	for s.WALStats().Checkpoints == st.Checkpoints && time.Now().Before(deadline) {
+	testproc.CheckFor(10*time.Second, 20*time.Millisecond, func() bool {
+		if s.WALStats().Checkpoints != st.Checkpoints {
+			return true
+		}
 		burst(t, s, 10)
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false
+	})
 	if got := walSize(t, s); got > limit {
 		t.Errorf("WAL file %d bytes after the reader ended, want at most %d", got, limit)
 	}
