@@ -37,7 +37,9 @@
 // and once it goes through (notify_up) the target catches up from its
 // cursor, so an outage within the retention window loses nothing.
 // Another 4xx, or a redirect (never followed), gives up at once
-// (notify_failed). 410 Gone disables the target (notify_disabled) until its URL
+// (notify_failed), as does a notification that fails before it reaches
+// the network because of what it holds (not rendered, or a header no
+// request can carry): that is no outage. 410 Gone disables the target (notify_disabled) until its URL
 // changes. Requests are signed as Standard Webhooks specifies
 // (webhook-id, webhook-timestamp, webhook-signature: v1, then the base64
 // of the HMAC-SHA256 of "id.timestamp.body").

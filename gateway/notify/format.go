@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/bcpgw/bcpgw/gateway/store"
 )
@@ -19,6 +20,8 @@ const (
 	// maxDetail bounds an event's detail; maxExcerpt an anomaly's match.
 	maxDetail  = 500
 	maxExcerpt = 80
+	// maxName bounds an event's agent, peer, code and ref.
+	maxName = 128
 	// maxAnomalies bounds the anomalies listed (all are counted).
 	maxAnomalies = 10
 )
@@ -96,9 +99,13 @@ type Anomaly struct {
 // item e is about.
 func newMessage(id string, e store.Event, item *store.Approval, decide string) *Message {
 	detail, _ := Safe(e.Detail, maxDetail)
+	// The names too can be a runtime's: a refused push names any
+	// controller (Peer), a refused answer any query id (Ref). Valid names
+	// and ids are unchanged by SafeLine.
 	m := &Message{
-		ID: id, Seq: e.Seq, Time: e.Time.UTC(), Kind: e.Kind, Agent: e.Agent, Peer: e.Peer, Code: e.Code,
-		Detail: detail, Category: e.Category, Bits: e.Bits, Ref: e.Ref, PayloadBytes: len(e.Payload),
+		ID: id, Seq: e.Seq, Time: e.Time.UTC(), Kind: e.Kind, Agent: SafeLine(e.Agent, maxName), Peer: SafeLine(e.Peer, maxName),
+		Code: SafeLine(e.Code, maxName), Detail: detail, Category: e.Category, Bits: e.Bits, Ref: SafeLine(e.Ref, maxName),
+		PayloadBytes: len(e.Payload),
 	}
 	if strings.HasPrefix(e.Kind, "approval_") {
 		m.Decide = decide
@@ -223,13 +230,55 @@ func (m *Message) lines(quote string, esc func(string) string) []string {
 			add(fmt.Sprintf("Anomalies (%d): %s", it.AnomalyCount, strings.Join(as, "; ")))
 		}
 	}
-	if m.Decide != "" && m.Item != nil && m.Item.Status == string(store.ApprovalPending) {
-		add("Decide in the queue, after reading all of it: " + m.Decide)
+	if d := m.decideLine(); d != "" {
+		add(d)
 	}
 	if m.Test {
 		add("Nothing waits: this is a test sent by bcpgw notify test.")
 	}
 	return out
+}
+
+// decideLine is the line that says where to decide m's item, if it waits.
+func (m *Message) decideLine() string {
+	if m.Decide != "" && m.Item != nil && m.Item.Status == string(store.ApprovalPending) {
+		return "Decide in the queue, after reading all of it: " + m.Decide
+	}
+	return ""
+}
+
+// ntfyMaxBody bounds an ntfy body. ntfy takes a body shorter than its
+// message-size-limit (4096 bytes by default) as the message; a longer one
+// becomes an attachment, or is refused 400 where attachments are off (the
+// default of a server of one's own), and the notification would be lost.
+// Content of 4-byte characters and long anomaly excerpts, both the
+// Reader's choice, render longer than that.
+const ntfyMaxBody = 4000
+
+// ntfyBody is m's text cut to ntfyMaxBody bytes, on a character boundary
+// and never inside a ⟨U+XXXX⟩, keeping the line that says where to decide.
+func ntfyBody(m *Message) string {
+	lines := m.lines("| ", func(s string) string { return s })
+	text := strings.Join(lines, "\n")
+	if len(text) <= ntfyMaxBody {
+		return text
+	}
+	tail := "\n… (cut to fit ntfy's message size: read the whole item in the queue)"
+	if d := m.decideLine(); d != "" && lines[len(lines)-1] == d {
+		lines = lines[:len(lines)-1]
+		tail += "\n" + d
+	}
+	text, n := strings.Join(lines, "\n"), max(0, ntfyMaxBody-len(tail))
+	if len(text) > n {
+		for n > 0 && !utf8.RuneStart(text[n]) {
+			n--
+		}
+		text = text[:n]
+		if open := strings.LastIndex(text, "⟨"); open > strings.LastIndex(text, "⟩") {
+			text = text[:open]
+		}
+	}
+	return text + tail
 }
 
 // request is a rendered notification, sent the same on every attempt.
@@ -252,7 +301,7 @@ func render(t *Target, m *Message) (*request, error) {
 		}
 		r.body, r.contentType = b, "application/json"
 	case FormatNtfy:
-		r.body, r.contentType = []byte(strings.Join(m.lines("| ", func(s string) string { return s }), "\n")), "text/plain; charset=utf-8"
+		r.body, r.contentType = []byte(ntfyBody(m)), "text/plain; charset=utf-8"
 		r.header["Title"] = asciiHeader(m.title())
 		r.header["Priority"] = fmt.Sprint(ntfyPriority(m))
 		r.header["Tags"] = asciiHeader(strings.Join(ntfyTags(m), ","))

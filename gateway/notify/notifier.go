@@ -331,13 +331,16 @@ func (n *Notifier) message(ctx context.Context, id string, e store.Event) *Messa
 func (n *Notifier) deliver(ctx context.Context, l *loop, log hclog.Logger, e store.Event) verdict {
 	t, st := l.t, n.cfg.Store
 	id := idFor(l.instance, e.Seq)
+	about := fmt.Sprintf("event %d (%s)", e.Seq, e.Kind)
 	req, err := render(t, n.message(ctx, id, e))
 	if err != nil { // a message holds plain values only
-		log.Error("cannot render a notification; skipping it", "seq", e.Seq, "error", err)
-		st.AdvanceNotifyCursor(t.Name, e.Seq, n.cfg.Clock.Now())
+		now := n.cfg.Clock.Now()
+		n.cfg.Metrics.failed(t.Name)
+		log.Error("cannot render a notification; giving it up", "seq", e.Seq, "error", err)
+		st.AdvanceNotifyCursor(t.Name, e.Seq, now, store.Event{Time: now, Kind: KindFailed, Ref: t.Name,
+			Detail: fmt.Sprintf("%s given up for %s: it cannot be rendered: %v", about, t.Name, err)})
 		return done
 	}
-	about := fmt.Sprintf("event %d (%s)", e.Seq, e.Kind)
 	for attempt := 1; ; attempt++ {
 		r := n.sender.attempt(ctx, t, req)
 		if ctx.Err() != nil {
@@ -366,7 +369,7 @@ func (n *Notifier) deliver(ctx context.Context, l *loop, log hclog.Logger, e sto
 			return disabled
 		case OutcomeRefused:
 			n.cfg.Metrics.failed(t.Name)
-			log.Error("notification refused by the endpoint; giving it up", "seq", e.Seq, "kind", e.Kind, "response", r.String(), "body", string(r.Body))
+			log.Error("notification refused (by the endpoint, or unsendable); giving it up", "seq", e.Seq, "kind", e.Kind, "response", r.String(), "body", string(r.Body))
 			st.AdvanceNotifyCursor(t.Name, e.Seq, now, append(n.up(l, log, e, attempt, about, now), store.Event{Time: now, Kind: KindFailed, Ref: t.Name,
 				Detail: fmt.Sprintf("%s given up for %s: %s (not tried again)", about, t.Name, r)})...)
 			return done

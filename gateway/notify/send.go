@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/bcpgw/bcpgw/internal/clock"
 )
 
@@ -149,6 +151,15 @@ func (s *sender) attempt(ctx context.Context, t *Target, r *request) Result {
 		close(stop)
 		<-waited
 	}()
+	// A request that cannot be made or carry its headers fails before it
+	// reaches the network, because of what it holds: that is no outage,
+	// and trying it again can never succeed. It is refused (given up),
+	// not tried again, so that it cannot hold its target down.
+	for k, v := range r.header {
+		if !httpguts.ValidHeaderFieldValue(v) {
+			return Result{Outcome: OutcomeRefused, Err: fmt.Errorf("the notification's %s header cannot be sent (a character no HTTP header may hold)", k)}
+		}
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.URL, bytes.NewReader(r.body))
 	if err != nil {
 		return Result{Outcome: OutcomeRefused, Err: fmt.Errorf("make the request: %w", err)}

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"golang.org/x/net/http/httpguts"
 	"gopkg.in/yaml.v3"
 
 	"github.com/bcpgw/bcpgw/agents"
@@ -355,6 +356,9 @@ func (d *decoder) target(n *yaml.Node, p string) *Target {
 			d.errorf(d.lineOf(n, "token_env"), join(p, "token_env"), "$%s is not set: export the token where bcpgw runs", t.TokenEnv)
 		case strings.ContainsAny(t.token, "\r\n"):
 			d.errorf(d.lineOf(n, "token_env"), join(p, "token_env"), "$%s holds a line break, which cannot go in a header", t.TokenEnv)
+		case !httpguts.ValidHeaderFieldValue("Bearer " + t.token):
+			// Every request would fail before reaching the network.
+			d.errorf(d.lineOf(n, "token_env"), join(p, "token_env"), "$%s holds a control character, which cannot go in a header", t.TokenEnv)
 		}
 	}
 	if len(d.errs) > before {
