@@ -67,6 +67,27 @@ func startGateway(t *testing.T, agentsDir, state, pub string, stderr *testproc.B
 	return cmd
 }
 
+// gatewayCLI starts a gateway as startGateway does, publishing nothing,
+// stops it (SIGTERM) when the test ends, and returns cli: a client
+// command against its state directory that must exit with want, or the
+// test fails with the gateway's log.
+func gatewayCLI(t *testing.T, agentsDir, state string, log *testproc.Buffer) func(want int, args ...string) result {
+	t.Helper()
+	gw := startGateway(t, agentsDir, state, `[]`, log)
+	t.Cleanup(func() {
+		gw.Process.Signal(syscall.SIGTERM)
+		gw.Wait()
+	})
+	return func(want int, args ...string) result {
+		t.Helper()
+		r := run(t, runOpts{env: opEnv}, append(args, "--state", state)...)
+		if r.code != want {
+			t.Fatalf("bcpgw %q: exit %d, want %d\n%s\ngateway log:\n%s", args, r.code, want, r, log)
+		}
+		return r
+	}
+}
+
 // childPids lists the children of pid, from every thread's children file.
 func childPids(pid int) []int {
 	var out []int

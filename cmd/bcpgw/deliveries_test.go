@@ -168,19 +168,7 @@ func TestParkedDeliveryThroughTheCommands(t *testing.T) {
 	}
 
 	var log testproc.Buffer
-	gw := startGateway(t, agentsDir, state, `[]`, &log)
-	defer func() {
-		gw.Process.Signal(syscall.SIGTERM)
-		gw.Wait()
-	}()
-	cli := func(want int, args ...string) result {
-		t.Helper()
-		r := run(t, runOpts{env: opEnv}, append(args, "--state", state)...)
-		if r.code != want {
-			t.Fatalf("bcpgw %q: exit %d, want %d\n%s\ngateway log:\n%s", args, r.code, want, r, &log)
-		}
-		return r
-	}
+	cli := gatewayCLI(t, agentsDir, state, &log)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		r := run(t, runOpts{env: opEnv}, "deliveries", "list", "--json", "--state", state)
