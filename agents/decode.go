@@ -209,6 +209,16 @@ func (d *decoder) atLeast(n *yaml.Node, path string, min int64) (int, bool) {
 	return int(v), true
 }
 
+// between is atLeast(min) that also refuses values above max.
+func (d *decoder) between(n *yaml.Node, path string, min, max int64) (int, bool) {
+	v, ok := d.atLeast(n, path, min)
+	if ok && int64(v) > max {
+		d.fail(n, path, "must be at most %d, got %d", max, v)
+		return 0, false
+	}
+	return v, ok
+}
+
 func (d *decoder) boolean(n *yaml.Node, path string) (bool, bool) {
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" {
 		d.fail(n, path, "must be true or false, got %s", yamlnode.Describe(n))

@@ -67,11 +67,7 @@ func (pd *policyDecoder) rateLimit(n *yaml.Node, p string) {
 	r := Rate{}
 	ok := d.mapping(n, p, fields{
 		"max": func(n *yaml.Node, p string) {
-			if v, good := d.atLeast(n, p, 1); good {
-				if v > MaxRateLimit {
-					d.fail(n, p, "must be at most %d, got %d", MaxRateLimit, v)
-					return
-				}
+			if v, good := d.between(n, p, 1, MaxRateLimit); good {
 				r.Limit = v
 			}
 		},
@@ -149,11 +145,7 @@ func (pd *policyDecoder) batch(n *yaml.Node, p string) {
 	if d.mapping(n, p, fields{
 		"window": func(n *yaml.Node, p string) { b.Window, _ = pd.window(n, p, time.Millisecond) },
 		"max": func(n *yaml.Node, p string) {
-			if v, ok := d.atLeast(n, p, 2); ok {
-				if v > MaxBatch {
-					d.fail(n, p, "must be at most %d, got %d", MaxBatch, v)
-					return
-				}
+			if v, ok := d.between(n, p, 2, MaxBatch); ok {
 				b.Max = v
 			}
 		},
