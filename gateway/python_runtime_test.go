@@ -49,19 +49,27 @@ type pyrt struct {
 	dir string
 }
 
+// pythonRuntime returns the path of examples/runtimes/NAME/runtime.py,
+// skipping the test where there is no python to run it.
+func pythonRuntime(t *testing.T, name string) string {
+	t.Helper()
+	if _, err := os.Stat(python); err != nil {
+		t.Skipf("%s is absent (%v): the %s runtime is a Python program", python, err, name)
+	}
+	script, err := filepath.Abs(filepath.Join("..", "examples", "runtimes", name, "runtime.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return script
+}
+
 // startPyrt writes the two definitions, each agent's PYRT_* settings
 // (without the prefix) from env, and runs a gateway on them. The
 // runtime's log and trace are in each agent's workdir, the only place of
 // the test's directory its sandbox can write.
 func startPyrt(t *testing.T, env map[string]map[string]string) *pyrt {
 	t.Helper()
-	if _, err := os.Stat(python); err != nil {
-		t.Skipf("%s is absent (%v): the reference runtime is a Python program", python, err)
-	}
-	script, err := filepath.Abs(filepath.Join("..", "examples", "runtimes", "python", "runtime.py"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	script := pythonRuntime(t, "python")
 	dir := t.TempDir()
 	vars := map[string]string{"PATH": os.Getenv("PATH"), "HOME": dir}
 	fronts := map[string]string{

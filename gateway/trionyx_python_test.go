@@ -48,13 +48,7 @@ type pyRecord struct {
 // spellings too, its token counts are read, and its request for a service
 // bcpgw does not offer is answered at once.
 func TestTriOnyxPythonRuntime(t *testing.T) {
-	if _, err := os.Stat(python); err != nil {
-		t.Skipf("%s is missing (%v): the TriOnyx stand-in is a Python program", python, err)
-	}
-	script, err := filepath.Abs(filepath.Join("..", "examples", "runtimes", "trionyx-python", "runtime.py"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	script := pythonRuntime(t, "trionyx-python")
 	dir := t.TempDir()
 	common := fmt.Sprintf("runtime: [%s, %s]\nsandbox: {read_only: [%s]}\nenv:\n  TRIONYX_LOG: ${%%s_LOG}\n  TRIONYX_QUERIES: ${%%s_Q}\n", python, script, filepath.Dir(script))
 	mainDef := "---\nname: main\n" + fmt.Sprintf(common, "main", "main") + `runtime_dialect: trionyx
