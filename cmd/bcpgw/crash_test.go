@@ -56,10 +56,13 @@ func crashSet(t *testing.T, dir string) string {
 	return hangSet(t, dir, "5ms", 0)
 }
 
-func startGateway(t *testing.T, agentsDir, state, pub string, stderr *testproc.Buffer) *exec.Cmd {
+// startGateway starts bcpgw run on agentsDir and state, its Readers
+// publishing pub (TESTRT_PUBLISH: "${PUB}" in their definitions), with
+// env (KEY=value) added to its environment.
+func startGateway(t *testing.T, agentsDir, state, pub string, stderr *testproc.Buffer, env ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(bin, "run", "--agents", agentsDir, "--state", state, "--log-level", "debug")
-	cmd.Env = append(baseEnv(), "PUB="+pub, "BCPGW_STATE=")
+	cmd.Env = append(append(baseEnv(), "PUB="+pub, "BCPGW_STATE="), env...)
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -54,17 +53,6 @@ bcp_channels:
 	})
 }
 
-func startDebounceGateway(t *testing.T, agentsDir, state, pub, delay string, stderr *testproc.Buffer) *exec.Cmd {
-	t.Helper()
-	cmd := exec.Command(bin, "run", "--agents", agentsDir, "--state", state, "--log-level", "debug")
-	cmd.Env = append(baseEnv(), "PUB="+pub, "DELAY="+delay, "BCPGW_STATE=")
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	return cmd
-}
-
 // TestKillGatewayKeepsDebounceAndBatch: main is busy with the first push
 // (topic a) when b:1 arrives and then b:2, which replaces it; two pushes
 // wait in a batch. The gateway is killed with SIGKILL and restarted: main
@@ -79,7 +67,7 @@ func TestKillGatewayKeepsDebounceAndBatch(t *testing.T) {
 		{"subscription_id": "batched", "controller": "main", "response": {"n": 0}},
 		{"subscription_id": "batched", "controller": "main", "response": {"n": 1}}]`
 	var log1 testproc.Buffer
-	gw := startDebounceGateway(t, agentsDir, state, pub, "1h", &log1)
+	gw := startGateway(t, agentsDir, state, pub, &log1, "DELAY=1h")
 	researcherLog := filepath.Join(dir, "researcher", "researcher.log")
 	verdicts := waitTestrtRecords(t, researcherLog, "verdict", 5, &log1)
 	for i, v := range verdicts {
@@ -100,15 +88,15 @@ func TestKillGatewayKeepsDebounceAndBatch(t *testing.T) {
 	waitGone(t, pids)
 
 	var log2 testproc.Buffer
-	gw2 := startDebounceGateway(t, agentsDir, state, `[]`, "0s", &log2)
+	gw2 := startGateway(t, agentsDir, state, `[]`, &log2, "DELAY=0s")
 	defer func() {
 		gw2.Process.Signal(syscall.SIGTERM)
 		gw2.Wait()
 	}()
 	mainLog := filepath.Join(dir, "main", "main.log")
-	applied := waitTestrtRecords(t, mainLog, "applied", 3, &log2)
+	waitTestrtRecords(t, mainLog, "applied", 3, &log2)
 	time.Sleep(500 * time.Millisecond) // anything more would be wrong
-	applied = waitTestrtRecords(t, mainLog, "applied", 3, &log2)
+	applied := waitTestrtRecords(t, mainLog, "applied", 3, &log2)
 	got := map[string]int{}
 	for _, r := range applied {
 		got[string(r.Response)]++

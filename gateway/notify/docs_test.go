@@ -124,7 +124,7 @@ func TestDocsGoVerifies(t *testing.T) {
 		t.Fatalf("%d go blocks, want 1", len(blocks))
 	}
 	dir := t.TempDir()
-	id, ts, sig, body := signedSample()
+	id, _, _, body := signedSample()
 	src := `package main
 
 import (
@@ -166,8 +166,8 @@ func main() {
 	}
 	// The snippet refuses stale timestamps: sign the sample now.
 	now := time.Now().Unix()
-	sig = Sign(testKey, id, now, body)
-	ts = strconv.FormatInt(now, 10)
+	sig := Sign(testKey, id, now, body)
+	ts := strconv.FormatInt(now, 10)
 	cmd := exec.Command(goBin, "run", ".", testSecret(), id, ts, sig, string(body))
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
