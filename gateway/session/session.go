@@ -360,6 +360,9 @@ func Start(ctx context.Context, cfg Config) (*Session, error) {
 		// Wait only after both pipes hit EOF, as os/exec requires; but
 		// once the process itself has exited, its pipes get one more
 		// second (a daemon it left behind may hold them open forever).
+		// That second is the host's, not cfg.Clock's: it is how long
+		// the kernel may take to hand over what the runtime wrote last,
+		// and a test's fake clock moving on must not cut that short.
 		drained := make(chan struct{})
 		go func() { pipes.Wait(); close(drained) }()
 		gone := s.gone
@@ -368,10 +371,10 @@ func Start(ctx context.Context, cfg Config) (*Session, error) {
 			select {
 			case <-drained:
 			case <-gone:
-				t := cfg.Clock.NewTimer(time.Second)
+				t := time.NewTimer(time.Second)
 				select {
 				case <-drained:
-				case <-t.C():
+				case <-t.C:
 					s.log.Warn("runtime exited but something it started holds its pipes; closing them")
 					stdout.Close()
 					stderr.Close()

@@ -365,14 +365,14 @@ func (sv *Supervisor) onStarted(ctx context.Context, all map[string]*agent, ev s
 		a.waiters = nil
 	}
 	sv.wg.Add(1)
-	go func(s *Session) {
+	go func(name string, s *Session) {
 		defer sv.wg.Done()
 		<-s.Done()
 		select {
-		case sv.events <- endedEv{name: a.def.Name, sess: s}:
+		case sv.events <- endedEv{name: name, sess: s}:
 		case <-ctx.Done():
 		}
-	}(a.sess)
+	}(a.def.Name, a.sess)
 }
 
 // onEnded handles the end of a session: stopped, retired or crashed.
@@ -469,12 +469,15 @@ func (sv *Supervisor) start(ctx context.Context, a *agent) {
 		d.IdleTimeout = 0
 		cfg.Def = &d
 	}
+	// The goroutine reads only what is copied here: a (its def above
+	// all) belongs to Run, and a reload may replace a.def meanwhile.
+	name := a.def.Name
 	sv.wg.Add(1)
 	go func() {
 		defer sv.wg.Done()
 		s, err := Start(ctx, cfg)
 		select {
-		case sv.events <- startedEv{name: a.def.Name, res: result{sess: s, err: err}}:
+		case sv.events <- startedEv{name: name, res: result{sess: s, err: err}}:
 		case <-ctx.Done():
 			if s != nil {
 				s.Kill()
