@@ -99,10 +99,10 @@ type Gateway struct {
 	budgets *budgets
 	queries map[string]*pendingQuery
 	held    map[string]heldItem // by approval id
-	// subReqs counts each Controller's subscription requests waiting for
-	// an operator; live is each agent's latest session, which hears the
-	// decisions on its requests (subscribe.go).
-	subReqs map[string]int
+	// subReqs holds the request ids of each Controller's subscription
+	// requests waiting for an operator; live is each agent's latest
+	// session, which hears the decisions on its requests (subscribe.go).
+	subReqs map[string]map[string]bool
 	live    map[string]*session.Session
 
 	outbox   *outbox
@@ -147,7 +147,7 @@ func New(cfg Config) (*Gateway, error) {
 		budgets: newBudgets(),
 		queries: map[string]*pendingQuery{},
 		held:    map[string]heldItem{},
-		subReqs: map[string]int{},
+		subReqs: map[string]map[string]bool{},
 		live:    map[string]*session.Session{},
 		running: make(chan struct{}),
 		backlog: newBacklog(cfg.MaxBacklog),

@@ -96,17 +96,29 @@ func (g *Gateway) subscribeRequest(s *session.Session, m session.SubscribeReques
 		return
 	}
 	g.mu.Lock()
-	if n := g.subReqs[controller]; n >= MaxPendingSubscribe {
+	waiting := g.subReqs[controller]
+	switch {
+	case waiting[r.RequestID]:
+		// The decision is told by request_id: two requests waiting
+		// under one id could not be told apart.
+		g.mu.Unlock()
+		refuse(bcp.Errorf(bcp.ProtocolError, "request_id '%s' is already used by your subscription request waiting for an operator; use a new request_id for each request", r.RequestID))
+		return
+	case len(waiting) >= MaxPendingSubscribe:
 		g.mu.Unlock()
 		refuse(bcp.Errorf(bcp.SubscribeLimit, "'%s' already has %d subscription requests waiting for an operator (at most %d): wait for their decisions",
-			controller, n, MaxPendingSubscribe))
+			controller, len(waiting), MaxPendingSubscribe))
 		return
 	}
-	g.subReqs[controller]++
+	if waiting == nil {
+		waiting = map[string]bool{}
+		g.subReqs[controller] = waiting
+	}
+	waiting[r.RequestID] = true
 	g.mu.Unlock()
 	shown, err := json.Marshal(runtime.QuerySpec{Fields: spec.Fields, Questions: spec.Questions, Directive: spec.Directive, MaxWords: spec.MaxWords})
 	if err != nil { // a spec that passed its checks always encodes
-		g.requestClosed(controller)
+		g.requestClosed(controller, r.RequestID)
 		refuse(bcp.Errorf(bcp.ProtocolError, "encode the spec: %v", err))
 		return
 	}
@@ -122,7 +134,7 @@ func (g *Gateway) subscribeRequest(s *session.Session, m session.SubscribeReques
 		Payload: store.ClipPayload(m.Line())}
 	g.cfg.Store.AddApprovalThen(item, []store.Event{ev}, func(item store.Approval, err error) {
 		if err != nil {
-			g.requestClosed(controller)
+			g.requestClosed(controller, r.RequestID)
 			g.log.Error("store a subscription request", "controller", controller, "error", err)
 			result.Status, result.Reason = runtime.SubscribeRejected, bcp.Errorf(bcp.ProtocolError, "the request could not be stored; try again later").Error()
 			reply.Send(result)
@@ -135,11 +147,13 @@ func (g *Gateway) subscribeRequest(s *session.Session, m session.SubscribeReques
 	})
 }
 
-// requestClosed counts one of controller's pending requests as decided.
-func (g *Gateway) requestClosed(controller string) {
+// requestClosed takes controller's request requestID off those waiting
+// for an operator: it is decided, or was never stored.
+func (g *Gateway) requestClosed(controller, requestID string) {
 	g.mu.Lock()
-	if g.subReqs[controller] > 0 {
-		g.subReqs[controller]--
+	delete(g.subReqs[controller], requestID)
+	if len(g.subReqs[controller]) == 0 {
+		delete(g.subReqs, controller)
 	}
 	g.mu.Unlock()
 }
@@ -186,7 +200,7 @@ func (g *Gateway) approveSubscription(ctx context.Context, item *store.Approval,
 // subscriptionDecided tells the Controller the decision on its request
 // (refusal nil means approved): its session now, if it has one.
 func (g *Gateway) subscriptionDecided(a *store.Approval, refusal *bcp.Error) {
-	g.requestClosed(a.Controller)
+	g.requestClosed(a.Controller, a.RequestID)
 	res := runtime.SubscribeResult{Type: runtime.TypeSubscribeResult, RequestID: a.RequestID, Status: runtime.SubscribeApproved,
 		SubscriptionID: a.SubscriptionID, ApprovalID: a.ID, ToAgent: a.Reader, Category: a.Category, BandwidthBits: a.Bits}
 	if refusal != nil {
@@ -337,7 +351,7 @@ func declared(set *agents.Set, id string) *agents.Subscription {
 
 // startApproved builds the set Run starts with: the definitions plus the
 // approved subscriptions (revoking those the definitions, changed while
-// the gateway was stopped, no longer allow), and counts the requests
+// the gateway was stopped, no longer allow), and notes the requests
 // still waiting for an operator.
 func (g *Gateway) startApproved(ctx context.Context) error {
 	g.reloadMu.Lock()
@@ -350,8 +364,15 @@ func (g *Gateway) startApproved(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	waiting := map[string]map[string]bool{}
+	for c, ids := range pending {
+		waiting[c] = map[string]bool{}
+		for _, id := range ids {
+			waiting[c][id] = true
+		}
+	}
 	g.mu.Lock()
-	g.subReqs = pending
+	g.subReqs = waiting
 	g.mu.Unlock()
 	g.set.Store(set)
 	tell()

@@ -229,6 +229,43 @@ func TestSubscribeLimitsAndRights(t *testing.T) {
 	e.waitEventMatching("refused", string(bcp.ToolNotAllowed), func(ev store.Event) bool { return ev.Agent == "scout" })
 }
 
+// A request_id names one waiting request: the decision is told by it, so
+// a second request under the id of one still waiting is refused, also
+// after a restart; once the first is decided, the id is free again.
+func TestSubscribeRequestIDOnceWhileWaiting(t *testing.T) {
+	spec := `{"fields": [{"name": "ok", "type": "boolean"}]}`
+	reqs, _ := json.Marshal([]map[string]any{subscribeReq("r1", 1, spec), subscribeReq("r1", 1, spec)})
+	dir := t.TempDir()
+	set, vars := writeAgents(t, dir, subscribePair(map[string]string{"SUBSCRIBE": string(reqs)}, nil))
+	dup := "rejected: " + string(bcp.ProtocolError) + ": request_id 'r1' is already used"
+	check := func(rs []rec, want ...string) {
+		t.Helper()
+		for i, w := range want {
+			if r := rs[len(rs)-len(want)+i]; !strings.HasPrefix(r.Detail, w) || r.RequestID != "r1" {
+				t.Errorf("result %d of the last prompt: %s %q, want r1 %q", i, r.RequestID, r.Detail, w)
+			}
+		}
+	}
+	e := runE2E(t, dir, set, vars, nil)
+	e.prompt("boss", "subscribe")
+	check(e.waitRecords("boss", "subscribe_result", 2), "pending", dup)
+	item := e.pendingApprovals(1)[0]
+	e.stop()
+
+	e = runE2E(t, dir, set, vars, nil)
+	e.prompt("boss", "subscribe")
+	check(e.waitRecords("boss", "subscribe_result", 4), dup, dup)
+	if n := len(e.pendingApprovals(1)); n != 1 {
+		t.Fatalf("%d items pending, want 1", n)
+	}
+	if _, err := e.gw.Reject(testCtx(t), item.ID, "", subAlice, "no"); err != nil {
+		t.Fatal(err)
+	}
+	check(e.waitRecords("boss", "subscribe_result", 5), "rejected: "+string(bcp.ApprovalRejected))
+	e.prompt("boss", "subscribe")
+	check(e.waitRecords("boss", "subscribe_result", 7), "pending", dup)
+}
+
 // An approved subscription is kept in the store, not in the definitions:
 // after a restart it is in force and announced again, listed with who
 // approved it; a reload whose definitions no longer allow it revokes it.

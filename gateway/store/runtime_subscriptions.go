@@ -119,23 +119,22 @@ func (s *Store) RevokeSubscription(ctx context.Context, id string, by Decider, r
 	return sub, err
 }
 
-// PendingSubscriptionRequests counts each Controller's subscription
-// requests that wait for an operator.
-func (s *Store) PendingSubscriptionRequests(ctx context.Context) (map[string]int, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT controller, count(*) FROM approvals
-		WHERE kind = 'subscription' AND status = 'pending' GROUP BY controller`)
+// PendingSubscriptionRequests lists, for each Controller, the request ids
+// of its subscription requests that wait for an operator.
+func (s *Store) PendingSubscriptionRequests(ctx context.Context) (map[string][]string, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT controller, request_id FROM approvals
+		WHERE kind = 'subscription' AND status = 'pending' ORDER BY id`)
 	if err != nil {
-		return nil, fmt.Errorf("count subscription requests: %w", err)
+		return nil, fmt.Errorf("read pending subscription requests: %w", err)
 	}
 	defer rows.Close()
-	out := map[string]int{}
+	out := map[string][]string{}
 	for rows.Next() {
-		var c string
-		var n int
-		if err := rows.Scan(&c, &n); err != nil {
-			return nil, fmt.Errorf("count subscription requests: %w", err)
+		var c, r string
+		if err := rows.Scan(&c, &r); err != nil {
+			return nil, fmt.Errorf("read pending subscription requests: %w", err)
 		}
-		out[c] = n
+		out[c] = append(out[c], r)
 	}
 	return out, rows.Err()
 }
