@@ -180,12 +180,14 @@ func TestSessionEnvironmentIsClean(t *testing.T) {
 	if err := s.Prompt(context.Background(), "env", nil); err != nil {
 		t.Fatal(err)
 	}
+	// The runtime writes ENV, then CWD, on stderr: wait for both lines,
+	// which the relay may log a moment apart.
 	var env string
 	testproc.CheckFor(10*time.Second, 10*time.Millisecond, func() bool {
 		for _, l := range strings.Split(h.logs.String(), "\n") {
 			if i := strings.Index(l, "ENV "); i >= 0 {
 				env = l[i+4:]
-				return true
+				return strings.Contains(h.logs.String(), "CWD ")
 			}
 		}
 		return false
@@ -373,6 +375,9 @@ func TestSessionPromptsRunInOrder(t *testing.T) {
 	if !testproc.CheckFor(10*time.Second, 10*time.Millisecond, func() bool { return len(h.audit.find("turn_done", "")) == 3 }) {
 		t.Fatalf("turns done = %d, want 3", len(h.audit.find("turn_done", "")))
 	}
+	// The prompts are logged from the runtime's stderr, which is relayed
+	// apart from the results on stdout: the last may still be on its way.
+	testproc.CheckFor(10*time.Second, 10*time.Millisecond, func() bool { return strings.Contains(h.logs.String(), "prompt three") })
 	logs := h.logs.String()
 	i1, i2, i3 := strings.Index(logs, "prompt one"), strings.Index(logs, "prompt two"), strings.Index(logs, "prompt three")
 	if i1 < 0 || !(i1 < i2 && i2 < i3) {
