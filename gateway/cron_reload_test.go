@@ -99,6 +99,9 @@ func TestCronUpdateAddedScheduleFires(t *testing.T) {
 	checkUpdate(t, sc, cronSet(t, sched("10s", "old")+sched("7s", "new")), 1, 0)
 	h.tick(t, 7*time.Second) // new is due; old is 3s away
 	cronWait(t, "new's prompt", func() bool { _, _, p := h.of("new"); return p == 1 })
+	// Its prompt is sent by a goroutine of its own: new's loop arms its
+	// next firing (t=14) only after, and must have before time moves.
+	cronWait(t, "new's next firing", func() bool { return h.clock.PendingFor(7 * time.Second) })
 	if f, _, p := h.of("old"); f != 0 || p != 0 {
 		t.Errorf("old fired %d times (%d prompts) after 7s of a 10s schedule", f, p)
 	}
@@ -182,6 +185,8 @@ func TestCronUpdateKeepsPendingPromptBusy(t *testing.T) {
 
 	h.tick(t, 7*time.Second) // t=17: the new edited schedule fires
 	cronWait(t, "the new edited schedule's first prompt", func() bool { _, _, p := h.of("edited"); return p == 2 })
+	// Armed (at t=24) by its loop after the prompt's goroutine started.
+	cronWait(t, "the new edited schedule's next firing", func() bool { return h.clock.PendingFor(7 * time.Second) })
 	h.tick(t, 3*time.Second) // t=20: slow is due, its prompt still pending
 	cronWait(t, "slow's second firing", func() bool { return h.handled("slow") == 2 })
 	if f, s, p := h.of("slow"); f != 1 || s != 1 || p != 1 {
