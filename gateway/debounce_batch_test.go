@@ -142,6 +142,10 @@ func TestDebounceWindow(t *testing.T) {
 	e := startE2E(t, debounceBatchPair("2s", publish), func(c *Config) { c.Clock = clk })
 	e.prompt("researcher", "go")
 	e.waitRecords("researcher", "verdict", 2)
+	// main's session, started for the first push, is past its ready
+	// timeout (30s on this clock) once it has the push: the jump of ten
+	// minutes must not fail its start.
+	e.waitRecords("main", "delivery", 1)
 	clk.Advance(10*time.Minute + time.Millisecond)
 	e.prompt("researcher", "publish")
 	vs := e.waitRecords("researcher", "verdict", 4)

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -219,20 +218,19 @@ func testrtLog(dir, agent string) string {
 	return filepath.Join(agents.DefaultWorkdir(dir, agent), "testrt.log")
 }
 
-// log returns the records agent's runtime has written so far.
+// log returns the records agent's runtime has written so far: its
+// complete lines. A record is one write, but a reader may see the first
+// part of one that crosses a page of the file before the rest is there.
 func (e *e2e) log(agent string) []rec {
-	f, err := os.Open(testrtLog(e.dir, agent))
+	b, err := os.ReadFile(testrtLog(e.dir, agent))
 	if err != nil {
 		return nil
 	}
-	defer f.Close()
 	var out []rec
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
+	for line := range strings.Lines(string(b[:bytes.LastIndexByte(b, '\n')+1])) {
 		var r rec
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			e.t.Fatalf("%s.log: %v: %s", agent, err, sc.Text())
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			e.t.Fatalf("%s.log: %v: %s", agent, err, line)
 		}
 		out = append(out, r)
 	}

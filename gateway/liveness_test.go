@@ -23,7 +23,13 @@ func TestTurnTimeoutRedeliversToTheNextSession(t *testing.T) {
 	clk := testproc.FakeClock()
 	specs := pair(100000, 100000, "review", nil, map[string]string{"PUBLISH": publishes(pub("research-alerts", "main", alert, 1))})
 	specs[0].front += "\nturn_timeout: 45m"
-	e := startE2E(t, specs, func(c *Config) { c.Clock = clk })
+	// The researcher's turns get the gateway's turn timeout: a day, so
+	// that only main's turn times out when the clock jumps 45 minutes
+	// (its prompt's result may still be on its way then).
+	e := startE2E(t, specs, func(c *Config) {
+		c.Clock = clk
+		c.Session.TurnTimeout = 24 * time.Hour
+	})
 
 	first := e.sessionOf("main")
 	testproc.StopGroup(t, first.Pid())
