@@ -101,6 +101,20 @@ func TestGatewayKillsAreNotDeliveryFailures(t *testing.T) {
 	state := filepath.Join(dir, "state")
 	mainLog := filepath.Join(dir, "main", "main.log")
 	const kills = 3
+	// sent waits until the store holds the delivery's nth send: its
+	// bookkeeping is committed within the store's linger (100ms), and
+	// the kill must not be what loses it.
+	sent := func(n int, log *testproc.Buffer) {
+		t.Helper()
+		var r result
+		if !testproc.CheckFor(30*time.Second, 50*time.Millisecond, func() bool {
+			r = run(t, runOpts{env: opEnv}, "deliveries", "list", "--status", "pending", "--json", "--state", state)
+			var d control.Delivery
+			return r.code == 0 && json.Unmarshal([]byte(strings.TrimSpace(r.stdout)), &d) == nil && d.Attempts == n
+		}) {
+			t.Fatalf("send %d of the delivery never committed\n%s\ngateway log:\n%s", n, r, log)
+		}
+	}
 	for run := range kills {
 		pub := `[]`
 		if run == 0 {
@@ -109,9 +123,7 @@ func TestGatewayKillsAreNotDeliveryFailures(t *testing.T) {
 		var log testproc.Buffer
 		gw := startGateway(t, agentsDir, state, pub, &log)
 		waitTestrtRecords(t, mainLog, "delivery", run+1, &log)
-		// The send's bookkeeping is committed within the store's linger
-		// (100ms); the kill must not be what loses it.
-		time.Sleep(400 * time.Millisecond)
+		sent(run+1, &log)
 		killGateway(t, gw)
 	}
 	sends := waitTestrtRecords(t, mainLog, "delivery", kills, &testproc.Buffer{})
