@@ -130,8 +130,8 @@ func (g *Gateway) storePush(reply *session.PendingReply, a admitted, sub *agents
 	if sub.Debounce != nil {
 		p.Entity = entity(sub, a.result)
 		p.Since = now.Add(-sub.Debounce.Window)
-		p.Claim = func(id string) bool {
-			if g.outbox.claim(d.Controller, id) {
+		p.Claim = func(id string, seq int64) bool {
+			if g.outbox.claim(d.Controller, id, seq) {
 				claimed = append(claimed, id)
 				return true
 			}
@@ -345,10 +345,11 @@ func (g *Gateway) closeUnbatched(ctx context.Context, set *agents.Set) {
 	}
 }
 
-// claim asks controller's courier to leave the pending delivery id, which
-// a newer push is replacing: false if it is on its way to the runtime.
-// It runs on the store's writer, inside the replacing transaction.
-func (o *outbox) claim(controller, id string) bool {
+// claim asks controller's courier to leave the pending delivery id (of
+// sequence number seq), which a newer push is replacing: false if it is
+// on its way to the runtime, or past it. It runs on the store's writer,
+// inside the replacing transaction.
+func (o *outbox) claim(controller, id string, seq int64) bool {
 	c := o.courierFor(controller)
 	if c == nil {
 		return false
@@ -356,6 +357,15 @@ func (o *outbox) claim(controller, id string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.inflight == id {
+		return false
+	}
+	// One the courier has passed (delivered, dropped or parked) is still
+	// pending in the store until the courier's finish, a write nobody
+	// waits for, is committed: a transaction queued before that write
+	// runs before it, and must not replace what the runtime was given.
+	// The courier may leave only one in its queue, or one it has not read
+	// yet (past its cursor, and not finished ahead of its pages).
+	if _, gone := c.gone[id]; !c.queued(id) && (seq <= c.cursor || gone) {
 		return false
 	}
 	if c.claimed == nil {

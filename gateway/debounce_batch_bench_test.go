@@ -132,7 +132,7 @@ func BenchmarkPushPolicyStore(b *testing.B) {
 				} else {
 					pp := store.PushPolicy{Supersede: store.Event{Time: now, Kind: "push_superseded", Agent: "researcher", Peer: "main"}}
 					if debounce {
-						pp.Entity, pp.Since, pp.Claim = `"`+t+`"`, now.Add(-time.Minute), func(string) bool { return true }
+						pp.Entity, pp.Since, pp.Claim = `"`+t+`"`, now.Add(-time.Minute), func(string, int64) bool { return true }
 					}
 					if batch {
 						pp.Batch, pp.BatchMax, pp.BatchMaxBytes, pp.BatchMaxLine = true, 100, MaxBatchBytes, MaxBatchLine

@@ -164,8 +164,11 @@ func (g *Gateway) head(ctx context.Context, c *courier) (store.Delivery, bool) {
 		if len(c.queue) > 0 {
 			d := c.queue[0]
 			if c.claimed[d.ID] { // being superseded: not sent
+				// Taken out under the same lock: once it is let go, the
+				// writer's dropSuperseded may take it out first, and a
+				// pop would then take out the one behind it instead.
+				c.popLocked()
 				c.mu.Unlock()
-				c.pop()
 				continue
 			}
 			c.inflight = d.ID
@@ -223,6 +226,12 @@ func (g *Gateway) head(ctx context.Context, c *courier) (store.Delivery, bool) {
 // pop removes the head once it is delivered, dropped or parked.
 func (c *courier) pop() {
 	c.mu.Lock()
+	c.popLocked()
+	c.mu.Unlock()
+}
+
+// popLocked is pop with c.mu held.
+func (c *courier) popLocked() {
 	if d := c.queue[0]; d.Seq > c.cursor {
 		if c.gone == nil {
 			c.gone = map[string]int64{}
@@ -232,7 +241,6 @@ func (c *courier) pop() {
 	c.queue[0] = store.Delivery{}
 	c.queue = c.queue[1:]
 	c.inflight = ""
-	c.mu.Unlock()
 }
 
 // courier delivers c's queue until ctx ends: it re-checks each delivery

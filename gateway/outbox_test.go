@@ -326,3 +326,67 @@ func TestRedeliverBackoffGoesOnAcrossDeliveries(t *testing.T) {
 		t.Errorf("sends that never reached the runtime counted as failures: %d, %d", first.Failures, next.Failures)
 	}
 }
+
+// A newer push may replace a pending delivery only while its courier has
+// not passed it. Once the runtime acknowledged it (pop), the delivery is
+// still pending in the store until the courier's finish, a write nobody
+// waits for, is committed, and a replacing transaction queued before that
+// write finds it so: claim must refuse it, or a delivery the Controller
+// applied would be recorded superseded (its Reader told it was not
+// delivered, its backlog counted down twice).
+func TestClaimRefusesADeliveryTheCourierPassed(t *testing.T) {
+	g := &Gateway{log: hclog.NewNullLogger()}
+	o := &outbox{g: g, couriers: map[string]*courier{}}
+	c := &courier{controller: "main", wake: make(chan struct{}, 1)}
+	o.couriers["main"] = c
+	o.enqueue(store.Delivery{ID: "dl-1", Controller: "main", Seq: 1})
+	o.enqueue(store.Delivery{ID: "dl-2", Controller: "main", Seq: 2})
+	if d, ok := g.head(testCtx(t), c); !ok || d.ID != "dl-1" {
+		t.Fatalf("head = %s, %v; want dl-1", d.ID, ok)
+	}
+	if o.claim("main", "dl-1", 1) {
+		t.Error("claimed the delivery on its way to the runtime")
+	}
+	c.pop() // acknowledged; its finish is not committed yet
+	if o.claim("main", "dl-1", 1) {
+		t.Error("claimed a delivery the runtime acknowledged")
+	}
+	if !o.claim("main", "dl-2", 2) {
+		t.Error("could not claim a delivery still queued")
+	}
+	if !o.claim("main", "dl-3", 3) {
+		t.Error("could not claim a delivery the courier has not read yet")
+	}
+}
+
+// The courier passes over a head being superseded (claimed) and takes it
+// out under the same lock: the writer's dropSuperseded, which takes it out
+// of the queue too, may come in between, and a pop after it took out the
+// delivery behind instead (or panicked on an empty queue). The window is
+// short: the loop gives the two goroutines many chances to meet in it.
+func TestCourierPassingASupersededHeadKeepsTheNext(t *testing.T) {
+	g := &Gateway{log: hclog.NewNullLogger()}
+	ctx, cancel := context.WithCancel(testCtx(t))
+	cancel() // head returns at once when the queue is empty
+	x, y := store.Delivery{ID: "dl-x", Controller: "main", Seq: 1}, store.Delivery{ID: "dl-y", Controller: "main", Seq: 2}
+	for i := range 10000 {
+		o := &outbox{g: g, couriers: map[string]*courier{}}
+		c := &courier{controller: "main", wake: make(chan struct{}, 1)}
+		o.couriers["main"] = c
+		o.enqueue(x)
+		o.enqueue(y)
+		if !o.claim("main", x.ID, x.Seq) {
+			t.Fatal("could not claim the queued head")
+		}
+		dropped := make(chan struct{})
+		go func() {
+			defer close(dropped)
+			o.dropSuperseded(x)
+		}()
+		d, ok := g.head(ctx, c)
+		<-dropped
+		if !ok || d.ID != y.ID {
+			t.Fatalf("round %d: head = %q, %v; want %s, the delivery behind the superseded one", i, d.ID, ok, y.ID)
+		}
+	}
+}

@@ -36,11 +36,11 @@ type PushPolicy struct {
 	// Since is the oldest acceptance time a push it replaces may have.
 	Entity string
 	Since  time.Time
-	// Claim is asked, inside the transaction, before a pending delivery
-	// is superseded: false if it may no longer be (it was handed to the
-	// runtime). It may be asked again if the transaction is run again;
-	// it must not block.
-	Claim func(id string) bool
+	// Claim is asked, inside the transaction, before the pending delivery
+	// id (of sequence number seq) is superseded: false if it may no
+	// longer be (it was handed to the runtime). It may be asked again if
+	// the transaction is run again; it must not block.
+	Claim func(id string, seq int64) bool
 	// Batch says the push goes into its subscription's open batch (one
 	// is opened if there is none). The batch is closed in the same
 	// transaction once it holds BatchMax pushes or BatchMaxBytes of
@@ -204,7 +204,7 @@ func replaceable(tx *wtx, d Delivery, p PushPolicy) (*Delivery, error) {
 	// One sent before (its session ended before acknowledging it, or an
 	// earlier run of the gateway did) may have been acted on: it stays,
 	// as one on its way to the runtime now does.
-	if old.State == DeliveryPending && (old.Attempts > 0 || p.Claim == nil || !p.Claim(old.ID)) {
+	if old.State == DeliveryPending && (old.Attempts > 0 || p.Claim == nil || !p.Claim(old.ID, old.Seq)) {
 		return nil, nil
 	}
 	return &old, nil

@@ -68,7 +68,7 @@ func push(id, topic string, at time.Duration, bits float64) Delivery {
 // debounced is the policy the gateway gives a push of topic accepted at
 // t0+at with a window of 10 minutes; claim says whether a pending push may
 // still be replaced.
-func debounced(topic string, at time.Duration, claim func(string) bool) PushPolicy {
+func debounced(topic string, at time.Duration, claim func(string, int64) bool) PushPolicy {
 	now := t0.Add(at)
 	return PushPolicy{
 		Entity: fmt.Sprintf("%q", topic), Since: now.Add(-10 * time.Minute), Claim: claim,
@@ -80,7 +80,7 @@ func accepted(ref string, at time.Duration) Event {
 	return Event{Time: t0.Add(at), Kind: "publish_accepted", Agent: "researcher", Peer: "main", Ref: ref}
 }
 
-func claimAll(string) bool { return true }
+func claimAll(string, int64) bool { return true }
 
 // pendingIDs are the ids of the pending deliveries, in order.
 func pendingIDs(t testing.TB, s *Store) []string {
@@ -114,7 +114,8 @@ func TestDebounceReplacesPending(t *testing.T) {
 	s := newStore(t)
 	addPush(t, s, push("dl-old", "a", 0, 3.5), debounced("a", 0, claimAll), accepted("dl-old", 0))
 	var asked []string
-	claim := func(id string) bool { asked = append(asked, id); return true }
+	var seq int64
+	claim := func(id string, s int64) bool { asked, seq = append(asked, id), s; return true }
 	out := addPush(t, s, push("dl-new", "a", time.Minute, 4), debounced("a", time.Minute, claim), accepted("dl-new", time.Minute))
 
 	if out.Superseded == nil || out.Superseded.ID != "dl-old" || out.Superseded.State != DeliverySuperseded {
@@ -122,6 +123,9 @@ func TestDebounceReplacesPending(t *testing.T) {
 	}
 	if !slices.Equal(asked, []string{"dl-old"}) {
 		t.Errorf("Claim asked about %v, want [dl-old]", asked)
+	}
+	if want := mustDelivery(t, s, "dl-old").Seq; seq != want {
+		t.Errorf("Claim was given seq %d, want dl-old's, %d", seq, want)
 	}
 	if out.Delivery.ID != "dl-new" || out.Delivery.State != DeliveryPending || out.Delivery.Entity != `"a"` || out.Closed != nil || out.Opened {
 		t.Errorf("Delivery = %+v, want dl-new pending with entity \"a\", no batch", out.Delivery)
@@ -178,7 +182,7 @@ func TestDebounceLeavesOthers(t *testing.T) {
 			s.FinishDelivery("dl-old", DeliveryParked, "", t0.Add(time.Second))
 			barrier(t, s)
 		}, nil},
-		{"in flight (Claim says no)", nil, func(d *Delivery, p *PushPolicy) { p.Claim = func(string) bool { return false } }},
+		{"in flight (Claim says no)", nil, func(d *Delivery, p *PushPolicy) { p.Claim = func(string, int64) bool { return false } }},
 		{"no Claim", nil, func(d *Delivery, p *PushPolicy) { p.Claim = nil }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -213,7 +217,7 @@ func TestDebounceLeavesOthers(t *testing.T) {
 // older one kept because it was in flight), the newest is replaced.
 func TestDebounceReplacesNewestOnly(t *testing.T) {
 	s := newStore(t)
-	no := func(string) bool { return false }
+	no := func(string, int64) bool { return false }
 	addPush(t, s, push("dl-1", "a", 0, 1), debounced("a", 0, claimAll))
 	addPush(t, s, push("dl-2", "a", time.Second, 1), debounced("a", time.Second, no)) // dl-1 in flight
 	out := addPush(t, s, push("dl-3", "a", 2*time.Second, 1), debounced("a", 2*time.Second, claimAll))
@@ -375,7 +379,7 @@ func TestBatchClosedBySize(t *testing.T) {
 func TestBatchWithDebounce(t *testing.T) {
 	s := newStore(t)
 	both := func(topic string, at time.Duration) PushPolicy {
-		p := debounced(topic, at, func(id string) bool {
+		p := debounced(topic, at, func(id string, _ int64) bool {
 			t.Errorf("Claim asked about %s: a held push needs no claim", id)
 			return false
 		})
