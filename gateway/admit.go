@@ -24,6 +24,7 @@ type admitted struct {
 	spec   bcp.Spec
 	result bcp.Result
 	bits   float64
+	paid   payment       // a push's charge, given back if it is not kept
 	query  *pendingQuery // nil for a push
 	subID  string
 	detail string     // the success detail the Reader hears
@@ -59,10 +60,11 @@ func (g *Gateway) publish(s *session.Session, line []byte, r runtime.Response) {
 	}
 	subSlot := g.rates.subscriptionRate(&v, g.now()) // the subscription's rate_limit
 	var link *agents.Link
+	var paid payment
 	if v.Accepted() {
 		link = set.Link(r.Controller, s.Name())
 		g.mu.Lock()
-		g.budgets.admitPush(link, s, &v)
+		paid = g.budgets.admitPush(link, s, &v)
 		g.mu.Unlock()
 	}
 	if !v.Accepted() {
@@ -73,7 +75,7 @@ func (g *Gateway) publish(s *session.Session, line []byte, r runtime.Response) {
 		return
 	}
 	g.admit(reply, admitted{
-		link: link, sess: s, spec: v.Subscription.Spec, result: v.Result, bits: v.Charged(),
+		link: link, sess: s, spec: v.Subscription.Spec, result: v.Result, bits: v.Charged(), paid: paid,
 		subID: r.SubscriptionID, detail: v.Detail(), rates: []rateSlot{slot, subSlot},
 	})
 }
@@ -170,7 +172,7 @@ func (g *Gateway) admit(reply *session.PendingReply, a admitted) {
 		}
 		if a.query == nil {
 			g.mu.Lock()
-			g.budgets.refundPush(a.link, a.sess, a.bits)
+			a.paid.refund()
 			g.mu.Unlock()
 			for _, slot := range a.rates {
 				slot.release()

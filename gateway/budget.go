@@ -85,27 +85,43 @@ func (b *budgets) remaining(link *agents.Link, s lifetime) Remaining {
 // admitPush checks a validated push against both budgets of link and, if
 // they afford it, charges it, in one step: the caller holds the gateway's
 // lock across both, so two pushes cannot both spend the last bits. A push
-// they cannot afford is refused in v (budget_exhausted).
-func (b *budgets) admitPush(link *agents.Link, s lifetime, v *Verdict) {
+// they cannot afford is refused in v (budget_exhausted). It returns who
+// paid for an accepted push (zero for a refused one).
+func (b *budgets) admitPush(link *agents.Link, s lifetime, v *Verdict) payment {
 	v.Afford(b.remaining(link, s))
-	if v.Accepted() {
-		b.chargePush(link, s, v.Charged())
+	if !v.Accepted() {
+		return payment{}
 	}
+	return b.chargePush(link, s, v.Charged())
 }
 
 // chargePush charges an accepted push to both sides.
-func (b *budgets) chargePush(link *agents.Link, s lifetime, bits float64) {
+func (b *budgets) chargePush(link *agents.Link, s lifetime, bits float64) payment {
 	c, r := b.controller(link.Controller.Name), b.reader(s)
 	c.bits[link.Reader.Name] += bits
 	r.bits[link.Controller.Name] += bits
+	return payment{controller: c, reader: r, peerC: link.Reader.Name, peerR: link.Controller.Name, bits: bits}
 }
 
-// refundPush undoes chargePush for a push the store could not keep: it
-// was never accepted.
-func (b *budgets) refundPush(link *agents.Link, s lifetime, bits float64) {
-	c, r := b.controller(link.Controller.Name), b.reader(s)
-	c.bits[link.Reader.Name] -= bits
-	r.bits[link.Controller.Name] -= bits
+// payment is who paid for a push: the ledgers it was charged to, kept so
+// that a refund goes back to them. Looked up again later, the ledgers
+// could be those of sessions started since, which never paid.
+type payment struct {
+	controller, reader *ledger
+	peerC, peerR       string // the ledgers' keys: the Reader's name, the Controller's
+	bits               float64
+}
+
+// refund gives back what p charged: the push was not kept by the store,
+// or a newer one superseded it before it was delivered. The caller holds
+// the lock that guards the budgets. A ledger whose session has ended
+// takes the refund too, where nobody reads it again.
+func (p payment) refund() {
+	if p.controller == nil {
+		return
+	}
+	p.controller.bits[p.peerC] -= p.bits
+	p.reader.bits[p.peerR] -= p.bits
 }
 
 // admitQuery checks a query of spec's category and bits from the

@@ -105,6 +105,31 @@ func TestBudgetLedgersFollowSessions(t *testing.T) {
 	}
 }
 
+// A refund goes back to the ledgers that were charged: a push superseded
+// (or not kept) after its Controller's session was replaced gives nothing
+// to the new session, which never paid for it.
+func TestBudgetRefundGoesToWhoPaid(t *testing.T) {
+	set := loadPair(t, 20, 100)
+	link := set.Link("main", "researcher")
+	b := newBudgets()
+	reader1, main1 := newFakeSession("researcher"), newFakeSession("main")
+	b.started(main1)
+	paid := b.chargePush(link, reader1, 6.9)
+	close(main1.done)
+	b.started(newFakeSession("main"))
+	b.chargePush(link, reader1, 3)
+	paid.refund()
+	if got := b.remaining(link, reader1); got.Controller != 17 || !near(got.Reader, 97) {
+		t.Fatalf("after the refund of a push main's first session paid = %+v, want 17 (the new session's own 3) and 97", got)
+	}
+	var refused Verdict
+	refused.Err = bcp.Errorf(bcp.ValidationFailed, "no")
+	if p := b.admitPush(link, reader1, &refused); p.controller != nil {
+		t.Fatalf("a refused push paid %+v", p)
+	}
+	payment{}.refund() // a refused push's refund is nothing
+}
+
 func TestBudgetQueryLimitsAndPool(t *testing.T) {
 	set := loadPair(t, 1000, 1000)
 	link := set.Link("main", "researcher")

@@ -72,13 +72,6 @@ type pushPolicy struct {
 	timers map[string]context.CancelFunc
 }
 
-// payment is who paid for a push: the ledgers it was charged to.
-type payment struct {
-	controller, reader *ledger
-	peerC, peerR       string // the ledgers' keys: the Reader's name, the Controller's
-	bits               float64
-}
-
 func newPushPolicy(g *Gateway) *pushPolicy {
 	return &pushPolicy{g: g, paid: map[string]payment{}, timers: map[string]context.CancelFunc{}}
 }
@@ -123,9 +116,6 @@ func (g *Gateway) storePush(reply *session.PendingReply, a admitted, sub *agents
 	p := store.PushPolicy{
 		Supersede: store.Event{Time: now, Kind: "push_superseded", Agent: d.Reader, Peer: d.Controller, Category: int(d.Category)},
 	}
-	g.mu.Lock()
-	pay := payment{controller: g.budgets.controller(d.Controller), reader: g.budgets.reader(a.sess), peerC: d.Reader, peerR: d.Controller, bits: a.bits}
-	g.mu.Unlock()
 	var claimed []string // pending deliveries the courier was asked to leave
 	if sub.Debounce != nil {
 		p.Entity = entity(sub, a.result)
@@ -157,7 +147,7 @@ func (g *Gateway) storePush(reply *session.PendingReply, a admitted, sub *agents
 		}
 		stored := out.Delivery
 		if p.Entity != "" {
-			g.policy.remember(stored.ID, pay)
+			g.policy.remember(stored.ID, a.paid)
 		}
 		if old := out.Superseded; old != nil {
 			g.superseded(*old, stored)
@@ -198,8 +188,7 @@ func (g *Gateway) superseded(old, newer store.Delivery) {
 	g.outbox.dropSuperseded(old)
 	if pay, ok := g.policy.forget(old.ID); ok {
 		g.mu.Lock()
-		pay.controller.bits[pay.peerC] -= pay.bits
-		pay.reader.bits[pay.peerR] -= pay.bits
+		pay.refund()
 		g.mu.Unlock()
 	}
 	g.metrics.pushSuperseded()
