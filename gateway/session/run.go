@@ -75,6 +75,9 @@ func (s *Session) run(lines <-chan lineEvent, exited <-chan error) {
 				s.stopNow(l, err.Error())
 			}
 		case msg := <-s.sends:
+			if s.sendAfterReplies(msg) {
+				continue
+			}
 			if err := s.send(msg); err != nil && !errors.Is(err, ErrSessionClosed) {
 				s.stopNow(l, err.Error())
 			}

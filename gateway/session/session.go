@@ -527,8 +527,11 @@ func (s *Session) queueTurn(ctx context.Context, t turn) error {
 // runtime did not fail it. It wraps ErrSessionClosed.
 var ErrStoppedOnRequest = fmt.Errorf("%w: stopped on request", ErrSessionClosed)
 
-// Send writes a message to the runtime now, outside the turn queue (a
-// validation result, a query answer).
+// Send writes a message to the runtime outside the turn queue (an
+// operator's verdict, a query's error), after every answer reserved
+// before it (ReplyLater): what it says may follow from one of them (a
+// verdict on an item the Reader was told is held), and must not overtake
+// it. Answers are reserved only until a commit, so the wait is short.
 func (s *Session) Send(ctx context.Context, msg any) error {
 	select {
 	case s.sends <- msg:
@@ -576,6 +579,19 @@ func (p *PendingReply) Send(msg any) {
 	case s.replyReady <- struct{}{}:
 	default: // run is already woken
 	}
+}
+
+// sendAfterReplies queues msg behind the answers still reserved, and
+// reports whether there were any: if not, the caller sends it now. Only
+// run calls it.
+func (s *Session) sendAfterReplies(msg any) bool {
+	s.replyMu.Lock()
+	defer s.replyMu.Unlock()
+	if len(s.replies) == 0 {
+		return false
+	}
+	s.replies = append(s.replies, &PendingReply{s: s, msg: msg, sent: true})
+	return true
 }
 
 // Skip gives up the reserved place: nothing is sent for it, and the

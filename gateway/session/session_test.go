@@ -159,6 +159,43 @@ func TestSessionHandshakeAnnouncesSubscriptions(t *testing.T) {
 	_ = s
 }
 
+// A message sent from outside the turns (an operator's verdict, a query's
+// error) comes after every answer reserved before it: a verdict on an
+// item never overtakes the answer that told the Reader it is held.
+func TestSessionSendKeepsTheOrderOfAnswers(t *testing.T) {
+	h := newHarness(t, "echo", "BCPPublish")
+	reserved := make(chan *PendingReply, 1)
+	h.audit.onMessage = func(s *Session, m Message) {
+		if _, ok := m.(Publish); ok {
+			reserved <- s.ReplyLater() // answered after a commit, say
+		}
+	}
+	s := h.start(t)
+	ctx := testproc.Context(t)
+	if _, err := s.Turn(ctx, runtime.Prompt{Type: runtime.TypePrompt, Content: "publish"}); err != nil {
+		t.Fatal(err)
+	}
+	var reply *PendingReply
+	select {
+	case reply = <-reserved:
+	case <-ctx.Done():
+		t.Fatal("the runtime's push never reached the owner")
+	}
+	// Send returns once run has taken the verdict, before the answer
+	// reserved ahead of it is filled.
+	if err := s.Send(ctx, runtime.ValidationResult{Type: runtime.TypeValidationResult, Detail: "decided"}); err != nil {
+		t.Fatal(err)
+	}
+	reply.Send(runtime.ValidationResult{Type: runtime.TypeValidationResult, Detail: "held"})
+	if !testproc.CheckFor(testproc.Wait, testproc.Poll, func() bool { return strings.Contains(h.logs.String(), `"detail":"decided"`) }) {
+		t.Fatalf("the verdict never reached the runtime; logs:\n%s", h.logs)
+	}
+	logs := h.logs.String()
+	if held, decided := strings.Index(logs, `"detail":"held"`), strings.Index(logs, `"detail":"decided"`); held < 0 || held > decided {
+		t.Errorf("the runtime got the verdict before the answer reserved ahead of it (held at %d, decided at %d); logs:\n%s", held, decided, logs)
+	}
+}
+
 func TestSessionNoAnnouncementWithoutPublishTool(t *testing.T) {
 	h := newHarness(t, "sdk") // no BCPPublish
 	h.cfg.Subscriptions = []runtime.ActiveSubscription{{SubscriptionID: "research-alerts", Controller: "main", Category: bcp.Cat1}}

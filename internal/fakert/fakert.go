@@ -144,6 +144,19 @@ func Run(mode string) int {
 			line(`{"type":"result","duration_ms":1500,"num_turns":3,"cost_usd":0.0125,"is_error":false,"input_tokens":120,"output_tokens":30,"cache_creation_input_tokens":7,"cache_read_input_tokens":900}`)
 		}
 		return 0
+	case "echo":
+		// Logs each line it is sent; on a prompt, publishes once and
+		// ends the turn.
+		readStart()
+		line(`{"type":"ready"}`)
+		for in.Scan() {
+			fmt.Fprintf(os.Stderr, "[INFO] got %s\n", in.Text())
+			if strings.Contains(in.Text(), `"type":"prompt"`) {
+				line(`{"type":"bcp_response","subscription_id":"research-alerts","controller":"main","response":{"has_breaking_news":true}}`)
+				line(`{"type":"result","duration_ms":1,"num_turns":1,"cost_usd":0,"is_error":false}`)
+			}
+		}
+		return 0
 	case "trionyx-controller":
 		return triOnyxController(in, line)
 	case "asked":
