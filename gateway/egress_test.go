@@ -75,8 +75,20 @@ func TestEgressAllowsListedDestinationOnly(t *testing.T) {
 	if !strings.Contains(refused[0].Detail, "CONNECT "+other) || !strings.Contains(refused[0].Detail, "status 403") {
 		t.Errorf("egress_refused = %+v", refused[0])
 	}
+	// The runtime's stderr is relayed apart from the proxy's events: its
+	// last line may come after egress_refused.
+	wants := []string{"egress " + allowed + ": HTTP/1.1 200", "/ pong", "egress " + other + ": HTTP/1.1 403"}
+	testproc.CheckFor(testWait, pollStep, func() bool {
+		logs := e.logs.String()
+		for _, want := range wants {
+			if !strings.Contains(logs, want) {
+				return false
+			}
+		}
+		return true
+	})
 	logs := e.logs.String()
-	for _, want := range []string{"egress " + allowed + ": HTTP/1.1 200", "/ pong", "egress " + other + ": HTTP/1.1 403"} {
+	for _, want := range wants {
 		if !strings.Contains(logs, want) {
 			t.Errorf("runtime log lacks %q", want)
 		}
