@@ -25,6 +25,9 @@ func TestSubscriptionFiguresInReportAndMetrics(t *testing.T) {
 	}), tune)
 	op := serveControl(t, e, controlSocket(t))
 	e.prompt("researcher", "hello")
+	// Every push has its verdict, so every refusal event is queued for
+	// the store (before its verdict); the Flush below commits them.
+	e.waitRecords("researcher", "verdict", 7)
 	e.waitRecords("main", "applied", 3)
 	e.waitAllDelivered(3)
 
