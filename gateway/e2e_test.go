@@ -586,6 +586,9 @@ func (e *e2e) injectLine(s *session.Session, msg any) {
 }
 
 // edit rewrites dir/name.md through fn, failing if fn changes nothing.
+// The new content replaces the file at once (a rename, as editors save):
+// a gateway watching the directory never reads it truncated, which a
+// stall between a rewrite's truncation and its write would let it do.
 func (e *e2e) edit(name string, fn func(string) string) {
 	e.t.Helper()
 	path := filepath.Join(e.dir, name+".md")
@@ -597,7 +600,11 @@ func (e *e2e) edit(name string, fn func(string) string) {
 	if s == string(b) {
 		e.t.Fatalf("edit of %s changed nothing", name)
 	}
-	if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+	tmp := filepath.Join(e.dir, "."+name+".md.tmp") // not a definition: skipped
+	if err := os.WriteFile(tmp, []byte(s), 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
 		e.t.Fatal(err)
 	}
 }
