@@ -101,8 +101,13 @@ func TestSandboxStartFailureIsShown(t *testing.T) {
 	if a := run(t, runOpts{}, "agents", "--state", state); !strings.Contains(a.stdout, "failed") || !strings.Contains(a.stdout, "add "+tools+" to sandbox.read_only") {
 		t.Errorf("agents:\n%s", a)
 	}
-	// Failed at once: one attempt, not a crash loop.
-	ev := run(t, runOpts{}, "events", "--state", state, "--type", "agent_failed")
+	// Failed at once: one attempt, not a crash loop. The event is stored
+	// in the background: status may show the failure before it is.
+	var ev result
+	opWait(t, "the agent_failed event", func() (bool, string) {
+		ev = run(t, runOpts{}, "events", "--state", state, "--type", "agent_failed")
+		return strings.Contains(ev.stdout, "agent_failed"), ev.String()
+	})
 	if n := strings.Count(ev.stdout, "agent_failed"); n != 1 || !strings.Contains(ev.stdout, "cannot start") {
 		t.Errorf("agent_failed events (%d):\n%s", n, ev)
 	}

@@ -93,7 +93,13 @@ func TestUnfixableStartFailsAtOnce(t *testing.T) {
 		}
 	}
 	// Failed at the first attempt: one agent_failed each, no restart.
-	ev := run(t, runOpts{}, "events", "--state", state, "--type", "agent_failed")
+	// The events are stored in the background: status may show the
+	// failures before they are.
+	var ev result
+	opWait(t, "the agent_failed events", func() (bool, string) {
+		ev = run(t, runOpts{}, "events", "--state", state, "--type", "agent_failed")
+		return strings.Count(ev.stdout, "cannot start: start ") >= 4, ev.String()
+	})
 	for name := range reasons {
 		if n := strings.Count(ev.stdout, " agent_failed "+name+" cannot start: "); n != 1 {
 			t.Errorf("%d agent_failed events for %s, want 1:\n%s", n, name, ev)
@@ -215,7 +221,13 @@ func TestSandboxKernelRefusalFailsAtOnce(t *testing.T) {
 	if !strings.Contains(r.stdout, "bcpgw doctor shows what this machine provides") {
 		t.Errorf("status does not point to bcpgw doctor:\n%s", r)
 	}
-	ev := client("events", "--state", state, "--type", "agent_failed")
+	// The event is stored in the background: status may show the failure
+	// before it is.
+	var ev result
+	opWait(t, "the agent_failed event", func() (bool, string) {
+		ev = client("events", "--state", state, "--type", "agent_failed")
+		return strings.Contains(ev.stdout, "agent_failed"), ev.String()
+	})
 	if n := strings.Count(ev.stdout, "agent_failed"); n != 1 || !strings.Contains(ev.stdout, "cannot start") {
 		t.Errorf("agent_failed events (%d):\n%s", n, ev)
 	}

@@ -99,7 +99,10 @@ bcp_channels:
 	if got[1].Event != "query_sent" || got[1].RequestID != "r-good" {
 		t.Errorf("the well-formed query: %+v, want query_sent", got[1])
 	}
-	if ev := run(t, runOpts{}, "events", "--state", state, "--type", "refused"); !strings.Contains(ev.stdout, "fromat") {
-		t.Errorf("the refusal is not audited:\n%s", ev)
-	}
+	// The refusal is stored in the background: main may have logged its
+	// query_error before.
+	opWait(t, "the refusal to be audited", func() (bool, string) {
+		ev := run(t, runOpts{}, "events", "--state", state, "--type", "refused")
+		return strings.Contains(ev.stdout, "fromat"), ev.String()
+	})
 }
