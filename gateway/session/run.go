@@ -124,6 +124,7 @@ func (s *Session) resetTimer(l *loop, d time.Duration) {
 // dispatch sends the next turn if none is in flight, or arms the idle
 // timer when there is nothing to do.
 func (s *Session) dispatch(l *loop) {
+	defer func() { s.waiting.Store(int32(len(l.queue))) }()
 	if l.inFlight != nil || l.phase != running {
 		return
 	}
@@ -298,6 +299,7 @@ func (s *Session) finish(l *loop, waitErr error) {
 	for _, t := range l.queue {
 		t.done <- ErrSessionClosed
 	}
+	s.waiting.Store(0)
 	s.mu.Lock()
 	s.err = err
 	s.mu.Unlock()

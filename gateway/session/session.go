@@ -203,7 +203,10 @@ type Session struct {
 	// idleAsked is set by stopWhenIdle before it asks run: a Turn that
 	// comes after it must not be taken, even if run sees the turn first.
 	idleAsked atomic.Bool
-	done      chan struct{}
+	// waiting is how many turns wait behind the one in flight (Waiting);
+	// only run sets it.
+	waiting atomic.Int32
+	done    chan struct{}
 	// gone is closed when the runtime's process has exited, which may be
 	// before its pipes are drained (never, if pidfds are not available):
 	// what a throttled runtime left in its pipe is then read at once.
@@ -476,6 +479,12 @@ func (s *Session) Ended() bool {
 		return false
 	}
 }
+
+// Waiting reports how many turns are queued behind the one in flight,
+// not yet handed to the runtime; 0 once the session has ended (they were
+// answered ErrSessionClosed). The session's own goroutine counts a turn
+// a moment after Turn or TurnSent has returned for it: a test polls.
+func (s *Session) Waiting() int { return int(s.waiting.Load()) }
 
 // Prompt queues a prompt turn. Turns run one at a time in order.
 func (s *Session) Prompt(ctx context.Context, content string, metadata map[string]any) error {

@@ -40,6 +40,11 @@
 //
 // Deliveries are applied (logged as "applied") once per delivery_id, across
 // processes too: the ids already applied are read back from the log.
+//
+// A prompt "hold" is logged and then not answered until its turn is
+// interrupted or the runtime is shut down: it stays in flight, and the
+// turns the gateway queues behind it wait, until the test ends the
+// session.
 package main
 
 import (
@@ -262,6 +267,8 @@ func main() {
 		Prompt: func(ctx context.Context, c *runtime.Client, p runtime.Prompt) error {
 			log.write(record{Event: "prompt", Prompt: p.Content})
 			switch p.Content {
+			case "hold":
+				<-ctx.Done()
 			case "publish":
 				publishAll(ctx, c)
 			case "subscribe":
