@@ -337,13 +337,18 @@ env:
 		isolated, ok2 = readProbes(at("agents/isolated/probe.log"))
 		return ok1 && ok2, g.stderr.String()
 	})
-	// Each refused proxy connection is an event too.
+	// Each refused proxy connection is an event too, stored in the
+	// background: the probe may have logged its refusal before.
 	refused := 0
-	for _, e := range g.events("--type", "egress_refused") {
-		if e.Agent == "isolated" && strings.Contains(e.Detail, target) {
-			refused++
+	opWait(t, "the egress_refused event of isolated", func() (bool, string) {
+		refused = 0
+		for _, e := range g.events("--type", "egress_refused") {
+			if e.Agent == "isolated" && strings.Contains(e.Detail, target) {
+				refused++
+			}
 		}
-	}
+		return refused >= 1, g.stderr.String()
+	})
 	if refused != 1 {
 		t.Errorf("%d egress_refused events of isolated for %s, want 1", refused, target)
 	}
@@ -526,11 +531,18 @@ bcp_channels:
 		t.Errorf("after raising cat2 to 3/hour: %q", got)
 	}
 
-	// Audited with their codes; nothing refused was charged.
+	// Audited with their codes; nothing refused was charged. The events
+	// are stored in the background: main may have logged the outcomes
+	// before.
 	codes := map[string]int{}
-	for _, e := range g.events("--type", "refused") {
-		codes[e.Agent+" "+e.Code]++
-	}
+	opWait(t, "the refusals and the query to be audited", func() (bool, string) {
+		codes = map[string]int{}
+		for _, e := range g.events("--type", "refused") {
+			codes[e.Agent+" "+e.Code]++
+		}
+		return codes["researcher rate_limited"] >= 1 && codes["main rate_limited"] >= 1 && codes["main category_not_allowed"] >= 2 &&
+			len(g.events("--type", "query_sent")) >= 1, fmt.Sprint(codes)
+	})
 	if codes["researcher rate_limited"] != 1 || codes["main rate_limited"] != 1 || codes["main category_not_allowed"] != 2 {
 		t.Errorf("refused events by agent and code: %v", codes)
 	}
