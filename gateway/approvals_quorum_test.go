@@ -169,29 +169,30 @@ func TestApprovalQuorumIsFixedWhenQueued(t *testing.T) {
 
 // The channel's policy covers answers to queries; its ttl replaces
 // --approval-ttl in the expiry and in what the Reader and the Controller
-// hear.
+// hear. The ttl is real time, and the first approval must come within
+// it: 3s leaves a loaded machine room to stall.
 func TestApprovalChannelPolicyCoversAnswers(t *testing.T) {
 	e := startE2E(t, pair(100000, 100000, "review", queriesOf(cat3Query("req-3", "researcher", 20)), map[string]string{
 		"ANSWERS": `[{"summary": "Quiet day."}]`,
 	}), func(c *Config) { c.ExpiryCheck = 10 * time.Millisecond })
-	e.edit("main", replace(t, "    max_cat3_queries: 1\n", "    max_cat3_queries: 1\n    approvals: {required: 2, ttl: 1s}\n"))
+	e.edit("main", replace(t, "    max_cat3_queries: 1\n", "    max_cat3_queries: 1\n    approvals: {required: 2, ttl: 3s}\n"))
 	e.reload()
 	e.prompt("main", "query")
 	item := e.pendingApprovals(1)[0]
-	if item.QueryID == "" || item.Required != 2 || item.ExpiresAt.Sub(item.CreatedAt) != time.Second {
-		t.Fatalf("answer item requires %d, ttl %v; want 2 and 1s (query %q)", item.Required, item.ExpiresAt.Sub(item.CreatedAt), item.QueryID)
+	if item.QueryID == "" || item.Required != 2 || item.ExpiresAt.Sub(item.CreatedAt) != 3*time.Second {
+		t.Fatalf("answer item requires %d, ttl %v; want 2 and 3s (query %q)", item.Required, item.ExpiresAt.Sub(item.CreatedAt), item.QueryID)
 	}
 	if _, err := e.gw.Approve(testCtx(t), item.ID, item.SHA256, alice, ""); err != nil {
 		t.Fatal(err)
 	}
-	want := fmt.Sprintf("approval_expired: Approval item %s expired after 1s without a decision", item.ID)
+	want := fmt.Sprintf("approval_expired: Approval item %s expired after 3s without a decision", item.ID)
 	if v := e.waitRecords("researcher", "verdict", 1)[0]; v.Success || v.Detail != want {
 		t.Errorf("verdict = %+v, want %q", v, want)
 	}
 	if f := e.waitRecords("main", "query_failed", 1)[0]; f.Detail != want {
 		t.Errorf("query_failed = %+v, want %q", f, want)
 	}
-	if st := e.approval(item.ID); st.Status != store.ApprovalExpired || st.Reason != "no decision within 1s (1 of 2 approvals)" {
+	if st := e.approval(item.ID); st.Status != store.ApprovalExpired || st.Reason != "no decision within 3s (1 of 2 approvals)" {
 		t.Errorf("expired item: %q, reason %q", st.Status, st.Reason)
 	}
 }
