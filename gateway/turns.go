@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/bcpgw/bcpgw/gateway/session"
@@ -99,6 +100,16 @@ func (g *Gateway) tryTurn(ctx context.Context, j turnJob) (sess *session.Session
 		case <-sentCh: // sent, and answered or ended at once
 			done = replay(err)
 		default:
+			if errors.Is(err, session.ErrSessionClosed) {
+				// The session is ending: it answers the turns queued
+				// behind others just before it counts as ended. Wait for
+				// that, so that the next attempt asks for a new session
+				// instead of spending itself on this one.
+				select {
+				case <-sess.Done():
+				case <-ctx.Done():
+				}
+			}
 			return sess, false, err
 		}
 	case <-ctx.Done():
