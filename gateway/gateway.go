@@ -185,16 +185,31 @@ func New(cfg Config) (*Gateway, error) {
 func (g *Gateway) Supervisor() *session.Supervisor { return g.sv }
 
 // Run delivers what the store still holds from before, then routes until
-// ctx ends, when it stops every session and returns.
-func (g *Gateway) Run(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
+// ctx ends, when it stops every session and returns. A ctx that ends
+// while Run is still starting is a stop too (a SIGTERM right after the
+// start), not a failure.
+func (g *Gateway) Run(parent context.Context) error {
+	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	g.ctx = ctx
+	// stop waits for every goroutine Run started, and returns err unless
+	// it only says that ctx ended.
+	stop := func(err error) error {
+		cancel()
+		g.goMu.Lock()
+		g.stopping = true
+		g.goMu.Unlock()
+		g.wg.Wait()
+		if err != nil && parent.Err() != nil && errors.Is(err, parent.Err()) {
+			return nil
+		}
+		return err
+	}
 	// Only the counts are read: each Controller's courier reads its
 	// deliveries a page at a time.
 	pending, err := g.cfg.Store.PendingByPair(ctx)
 	if err != nil {
-		return fmt.Errorf("load pending deliveries: %w", err)
+		return stop(fmt.Errorf("load pending deliveries: %w", err))
 	}
 	g.backlog.load(pending)
 	total, controllers := 0, map[string]bool{}
@@ -209,7 +224,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		g.outbox.resume(c)
 	}
 	if err := g.resumeBatches(ctx); err != nil {
-		return err
+		return stop(err)
 	}
 	// Items held before a restart still wait for a person: say so, and
 	// how to decide them, where an operator looks first.
@@ -223,7 +238,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		}
 	}
 	if err := g.startApproved(ctx); err != nil {
-		return fmt.Errorf("load approved subscriptions: %w", err)
+		return stop(fmt.Errorf("load approved subscriptions: %w", err))
 	}
 	g.sched.start(ctx, g.set.Load())
 	close(g.running)
@@ -240,13 +255,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 			}
 		})
 	}
-	err = g.sv.Run(ctx)
-	cancel()
-	g.goMu.Lock()
-	g.stopping = true
-	g.goMu.Unlock()
-	g.wg.Wait()
-	return err
+	return stop(g.sv.Run(ctx))
 }
 
 // spawn runs fn in a goroutine that Run waits for, unless Run is already

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"strings"
 	"sync"
 	"testing"
@@ -145,5 +146,19 @@ func TestFailedControllerRetriesAfterCoolDownAndDrains(t *testing.T) {
 	}
 	if st := e.status("main"); !st.RetryAt.IsZero() {
 		t.Errorf("RetryAt = %v once running, want zero", st.RetryAt)
+	}
+}
+
+// A gateway stopped while it is still starting (a SIGTERM right after
+// "gateway running") stops cleanly: Run returns nil, not the error of the
+// store's read that the stop cancelled under it.
+func TestRunStoppedWhileStartingIsAStop(t *testing.T) {
+	dir := t.TempDir()
+	set, vars := writeAgents(t, dir, pair(100000, 100000, "review", nil, nil))
+	e := newE2E(t, dir, set, vars, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := e.gw.Run(ctx); err != nil {
+		t.Fatalf("Run with its context ended before its start = %v, want nil (a stop)", err)
 	}
 }
