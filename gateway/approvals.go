@@ -77,8 +77,16 @@ func (g *Gateway) Approve(ctx context.Context, id, sha256 string, by store.Decid
 			return g.drop(ctx, item, why)
 		}
 	}
+	// The released delivery is handed to the outbox on the store's
+	// writer, in commit order: handed over here, after Decide returns, a
+	// push committed after it could be enqueued first and move its
+	// courier's cursor past it, and the courier would never read it.
+	released := func(d store.Delivery) {
+		g.backlog.add(store.Pair{Controller: d.Controller, Reader: d.Reader})
+		g.outbox.enqueue(d)
+	}
 	a, d, err := g.cfg.Store.Decide(ctx, store.Decision{ID: id, Status: store.ApprovalApproved, SHA256: sha256,
-		By: by, Note: note, At: g.now()})
+		By: by, Note: note, At: g.now(), Released: released})
 	if errors.Is(err, store.ErrExpired) {
 		g.closeHeld(a, expiredError(a))
 		return a, err
@@ -90,8 +98,6 @@ func (g *Gateway) Approve(ctx context.Context, id, sha256 string, by store.Decid
 		g.log.Info("approval item approved, waiting for more", "id", a.ID, "by", by.String(), "approvals", a.Progress())
 		return a, nil
 	}
-	g.backlog.add(store.Pair{Controller: d.Controller, Reader: d.Reader})
-	g.outbox.enqueue(*d)
 	g.log.Info("approval item approved", "id", a.ID, "by", by.String())
 	g.closeHeld(a, nil)
 	return a, nil

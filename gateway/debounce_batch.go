@@ -348,6 +348,11 @@ func (o *outbox) claim(controller, id string, seq int64) bool {
 	if c.inflight == id {
 		return false
 	}
+	if c.claimed[id] {
+		// Claimed by an earlier run of the same write, which the store
+		// rolled back and runs again: the courier has left it since.
+		return true
+	}
 	// One the courier has passed (delivered, dropped or parked) is still
 	// pending in the store until the courier's finish, a write nobody
 	// waits for, is committed: a transaction queued before that write

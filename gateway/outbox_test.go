@@ -359,6 +359,28 @@ func TestClaimRefusesADeliveryTheCourierPassed(t *testing.T) {
 	}
 }
 
+// A claim made by a write the store rolled back and runs again (a group
+// commit with a failing write) holds on the second run, although the
+// courier has passed the claimed delivery meanwhile: it passed it because
+// of the claim, and a refusal would deliver it after the push replacing it.
+func TestClaimHoldsWhenTheWriteRunsAgain(t *testing.T) {
+	g := &Gateway{log: hclog.NewNullLogger()}
+	o := &outbox{g: g, couriers: map[string]*courier{}}
+	c := &courier{controller: "main", wake: make(chan struct{}, 1)}
+	o.couriers["main"] = c
+	o.enqueue(store.Delivery{ID: "dl-x", Controller: "main", Seq: 1})
+	o.enqueue(store.Delivery{ID: "dl-y", Controller: "main", Seq: 2})
+	if !o.claim("main", "dl-x", 1) {
+		t.Fatal("could not claim the queued head")
+	}
+	if d, ok := g.head(testCtx(t), c); !ok || d.ID != "dl-y" {
+		t.Fatalf("head = %s, %v; want dl-y (dl-x is claimed)", d.ID, ok)
+	}
+	if !o.claim("main", "dl-x", 1) {
+		t.Error("the second run of the write could not claim what the first claimed")
+	}
+}
+
 // The courier passes over a head being superseded (claimed) and takes it
 // out under the same lock: the writer's dropSuperseded, which takes it out
 // of the queue too, may come in between, and a pop after it took out the

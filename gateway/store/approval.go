@@ -209,6 +209,12 @@ type Decision struct {
 	Reason string
 	Note   string
 	At     time.Time
+	// Released, if set, is given the delivery an approval releases, on
+	// the store's writer once the decision is durable: in commit order
+	// with the callbacks of other writes (AddDeliveryThen's...), so that
+	// a queue fed by them sees the deliveries in the order of their seqs.
+	// It must not block.
+	Released func(Delivery)
 }
 
 // Decide applies d to a pending item in one durable commit: the item's new
@@ -236,7 +242,12 @@ func (s *Store) Decide(ctx context.Context, d Decision) (*Approval, *Delivery, e
 	var a *Approval
 	var dl *Delivery
 	var expired bool
-	err := s.write(ctx, func(tx *wtx) error {
+	released := func() {
+		if dl != nil && d.Released != nil {
+			d.Released(*dl)
+		}
+	}
+	err := s.writeCommitted(ctx, func(tx *wtx) error {
 		a, dl, expired = nil, nil, false
 		items, err := scanApprovals(tx.Query(sqlApprovalByID, d.ID))
 		if err != nil {
@@ -301,7 +312,7 @@ func (s *Store) Decide(ctx context.Context, d Decision) (*Approval, *Delivery, e
 			Time: d.At, Kind: "approval_" + string(status), Agent: a.Reader, Peer: a.Controller,
 			Detail: detail, Category: int(a.Category), Bits: a.Bits, Ref: a.ID,
 		}})
-	})
+	}, released)
 	if err != nil {
 		return a, nil, err
 	}

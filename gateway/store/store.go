@@ -404,6 +404,14 @@ func (s *Store) submit(o op) error {
 // (fn never runs after write has returned, so it may set the caller's
 // variables.)
 func (s *Store) write(ctx context.Context, fn func(*wtx) error) error {
+	return s.writeCommitted(ctx, fn, nil)
+}
+
+// writeCommitted is write, and calls committed (if not nil) on the writer
+// goroutine once fn's changes are durable, before write returns and before
+// the callbacks of the writes committed after them. committed must not
+// block.
+func (s *Store) writeCommitted(ctx context.Context, fn func(*wtx) error, committed func()) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -422,7 +430,13 @@ func (s *Store) write(ctx context.Context, fn func(*wtx) error) error {
 		}
 		return fn(tx)
 	}
-	if err := s.submit(op{fn: run, done: func(err error) { done <- err }}); err != nil {
+	finished := func(err error) {
+		if err == nil && committed != nil {
+			committed()
+		}
+		done <- err
+	}
+	if err := s.submit(op{fn: run, done: finished}); err != nil {
 		return err
 	}
 	select {

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/bcpgw/bcpgw/bcp"
+	"github.com/bcpgw/bcpgw/internal/testproc"
 )
 
 // t0 has sub-millisecond digits on purpose: the store keeps milliseconds.
@@ -858,6 +859,58 @@ func TestAddApproval(t *testing.T) {
 	}
 	if got := eventsFor(t, s, a.ID); len(got) != 1 {
 		t.Errorf("the event's ref is not the approval's id: %+v", allEvents(t, s))
+	}
+}
+
+// Decide hands the delivery an approval releases to Released on the
+// writer, in commit order with the callbacks of the writes after it: a
+// push committed after the approval is handed over after it, even when
+// both are in one group commit. (Handed over by Decide's caller once it
+// returned, a push's callback could come first, and a queue that trusts
+// the order of seqs took the approval's for one it had read already.)
+func TestDecideReleasesInCommitOrder(t *testing.T) {
+	ctx := testproc.Context(t)
+	s := newStore(t)
+	a := mustAddApproval(t, s, sampleApproval(t0))
+	// The writer is held, so that the decision and the push queue up
+	// behind it and commit together, in that order.
+	inside, release := make(chan struct{}), make(chan struct{})
+	go s.write(ctx, func(*wtx) error { close(inside); <-release; return nil })
+	<-inside
+	var mu sync.Mutex
+	var handed []string
+	hand := func(what string, d Delivery) {
+		mu.Lock()
+		handed = append(handed, fmt.Sprintf("%s %d", what, d.Seq))
+		mu.Unlock()
+	}
+	decided := make(chan *Delivery, 1)
+	go func() {
+		_, dl, err := s.Decide(ctx, Decision{ID: a.ID, Status: ApprovalApproved, SHA256: a.SHA256, By: Decider{Name: "alice"},
+			At: t0.Add(time.Minute), Released: func(d Delivery) { hand("approved", d) }})
+		if err != nil {
+			t.Error(err)
+		}
+		decided <- dl
+	}()
+	testproc.Eventually(t, "the decision queued", func() bool { return len(s.ops) == 1 })
+	pushed := make(chan Delivery, 1)
+	s.AddDeliveryThen(*sampleDelivery(1), nil, func(d Delivery, err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		hand("pushed", d)
+		pushed <- d
+	})
+	close(release)
+	dl, p := <-decided, <-pushed
+	if dl == nil {
+		t.Fatal("no delivery released")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{fmt.Sprintf("approved %d", dl.Seq), fmt.Sprintf("pushed %d", p.Seq)}; dl.Seq >= p.Seq || !reflect.DeepEqual(handed, want) {
+		t.Errorf("handed over %q, want %q", handed, want)
 	}
 }
 
