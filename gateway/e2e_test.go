@@ -54,6 +54,12 @@ type rec struct {
 	// What a Reader's verdict says of a subscription's policy.
 	Filtered   bool   `json:"filtered"`
 	Superseded string `json:"superseded"`
+	// What an announcement ("subscriptions") said of each subscription.
+	Subs []struct {
+		Controller     string             `json:"controller"`
+		SubscriptionID string             `json:"subscription_id"`
+		RateLimit      *runtime.RateLimit `json:"rate_limit"`
+	} `json:"subs"`
 }
 
 // agentSpec is one agent of a test: its frontmatter after name and

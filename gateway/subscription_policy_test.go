@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -276,4 +277,48 @@ func TestSubscriptionRateReload(t *testing.T) {
 	if v := verdict(&other); rl.subscriptionRate(v, now).rl == nil {
 		t.Fatalf("another subscription: %v", v.Err)
 	}
+}
+
+// TestSubscriptionRateLimitAnnounced: the Reader is told each
+// subscription's rate limit in bcp_subscriptions_active ({max, window_ms}),
+// and nothing for one without; a reload that changes a limit tells it
+// again at once, with the new limit.
+func TestSubscriptionRateLimitAnnounced(t *testing.T) {
+	e := startE2E(t, policyPair(100000, "[]"), nil)
+	e.prompt("researcher", "go")
+	type limit struct {
+		id     string
+		max    int
+		window int64 // ms; 0: no rate_limit announced
+	}
+	check := func(r rec, want []limit) {
+		t.Helper()
+		var got []limit
+		for _, s := range r.Subs {
+			l := limit{id: s.Controller + "/" + s.SubscriptionID}
+			if s.RateLimit != nil {
+				l.max, l.window = s.RateLimit.Max, s.RateLimit.WindowMS
+				if l.window == 0 {
+					t.Errorf("%s: rate_limit %+v with no window", l.id, *s.RateLimit)
+				}
+			}
+			got = append(got, l)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("announced %+v, want %+v", got, want)
+		}
+	}
+	subs := e.waitRecords("researcher", "subscriptions", 1)
+	check(subs[0], []limit{{"main/limited", 2, 3_600_000}, {"main/filtered", 2, 3_600_000}, {"main/findings", 0, 0}})
+
+	// limited allows 5 in 30 minutes now; findings gets a limit too.
+	e.edit("main", func(s string) string {
+		s = replace(t, "rate_limit: {max: 2, window: 1h}", "rate_limit: {max: 5, window: 30m}")(s)
+		return replace(t, "on_anomaly: review", "on_anomaly: review\n        rate_limit: {max: 1, window: 24h}")(s)
+	})
+	if r := e.reload(); !slices.Equal(r.Announced, []string{"researcher"}) {
+		t.Errorf("reload = %+v, want researcher re-announced", r)
+	}
+	subs = e.waitRecords("researcher", "subscriptions", 2)
+	check(subs[1], []limit{{"main/limited", 5, 1_800_000}, {"main/filtered", 2, 3_600_000}, {"main/findings", 1, 86_400_000}})
 }

@@ -3,6 +3,7 @@ package runtime
 import (
 	"encoding/json"
 	"slices"
+	"time"
 
 	"github.com/bcpgw/bcpgw/bcp"
 )
@@ -75,7 +76,35 @@ type ActiveSubscription struct {
 	Directive      string         `json:"directive,omitempty"`
 	MaxWords       int            `json:"max_words,omitempty"`
 	BandwidthBits  float64        `json:"bandwidth_bits"` // new
+	// RateLimit (new) is the subscription's rate limit, if it has one:
+	// a push beyond it is refused with rate_limited. Nil: no limit. The
+	// subscription's filter, debounce and batch are not announced.
+	RateLimit *RateLimit `json:"rate_limit,omitempty"`
 }
+
+// RateLimit is a subscription's rate limit as announced to its Reader
+// (new): the gateway accepts at most Max pushes on the subscription in any
+// window of WindowMS milliseconds (the window slides) and refuses the
+// others with rate_limited. A refused push does not count. The window is
+// in whole milliseconds, as duration_ms is; a window with a fraction of a
+// millisecond is rounded up, so a Reader that waits it out is never early.
+type RateLimit struct {
+	Max      int   `json:"max"`
+	WindowMS int64 `json:"window_ms"`
+}
+
+// NewRateLimit returns the announcement of a limit of n pushes in any
+// window, with the window rounded up to a whole millisecond.
+func NewRateLimit(n int, window time.Duration) *RateLimit {
+	ms := window / time.Millisecond
+	if window%time.Millisecond > 0 {
+		ms++
+	}
+	return &RateLimit{Max: n, WindowMS: int64(ms)}
+}
+
+// Window returns the limit's window.
+func (r RateLimit) Window() time.Duration { return time.Duration(r.WindowMS) * time.Millisecond }
 
 // Prompt is a trigger (cron, operator) for one turn.
 type Prompt struct {

@@ -19,8 +19,9 @@ type Handler struct {
 	// Start runs when the start message arrives, before ready is sent.
 	Start func(ctx context.Context, c *Client) error
 	// Subscriptions runs when the gateway announces the subscriptions a
-	// Reader may publish to. Its context lasts as long as the session, so
-	// it may start a publisher that outlives the call.
+	// Reader may publish to, each with its rate limit if it has one
+	// (ActiveSubscription.RateLimit). Its context lasts as long as the
+	// session, so it may start a publisher that outlives the call.
 	Subscriptions func(ctx context.Context, c *Client, subs []ActiveSubscription)
 	// Prompt handles a trigger (cron, operator).
 	Prompt func(ctx context.Context, c *Client, p Prompt) error

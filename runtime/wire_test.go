@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bcpgw/bcpgw/bcp"
 )
@@ -71,6 +72,60 @@ func TestSubscriptionsActiveWireBothSpellings(t *testing.T) {
 	}
 	if !reflect.DeepEqual(back, m) {
 		t.Errorf("round trip = %+v, want %+v", back, m)
+	}
+}
+
+// TestActiveSubscriptionRateLimit: a subscription's rate limit is
+// announced as {max, window_ms}, window_ms an integer of milliseconds as
+// duration_ms is; a subscription without one has no rate_limit key, so an
+// announcement without limits is written as before.
+func TestActiveSubscriptionRateLimit(t *testing.T) {
+	limited := ActiveSubscription{SubscriptionID: "alerts", Controller: "main", Category: bcp.Cat1, BandwidthBits: 1,
+		Fields: []bcp.Field{{Name: "b", Type: bcp.Boolean}}, RateLimit: NewRateLimit(2, time.Hour)}
+	plain := limited
+	plain.SubscriptionID, plain.RateLimit = "digest", nil
+	for _, tc := range []struct {
+		sub  ActiveSubscription
+		want string
+	}{
+		{limited, `{"subscription_id":"alerts","controller":"main","category":1,"bandwidth_bits":1,"rate_limit":{"max":2,"window_ms":3600000},"fields":[{"name":"b","type":"boolean"}]}`},
+		{plain, `{"subscription_id":"digest","controller":"main","category":1,"bandwidth_bits":1,"fields":[{"name":"b","type":"boolean"}]}`},
+	} {
+		b, err := json.Marshal(tc.sub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(b) != tc.want {
+			t.Errorf("%s =\n%s\nwant\n%s", tc.sub.SubscriptionID, b, tc.want)
+		}
+		var back ActiveSubscription
+		if err := json.Unmarshal(b, &back); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(back, tc.sub) {
+			t.Errorf("round trip = %+v, want %+v", back, tc.sub)
+		}
+	}
+	if w := limited.RateLimit.Window(); w != time.Hour {
+		t.Errorf("Window() = %v, want 1h", w)
+	}
+	// Whole milliseconds, rounded up: a Reader waiting the window out is
+	// never early.
+	for window, ms := range map[time.Duration]int64{
+		time.Second:                    1000,
+		90 * time.Second:               90_000,
+		24 * time.Hour:                 86_400_000,
+		time.Second + time.Nanosecond:  1001,
+		time.Second + time.Millisecond: 1001,
+	} {
+		if r := NewRateLimit(1, window); r.WindowMS != ms || r.Max != 1 {
+			t.Errorf("NewRateLimit(1, %v) = %+v, want window_ms %d", window, r, ms)
+		}
+	}
+	// A runtime reads a limit it is sent, and none from an older gateway.
+	var old ActiveSubscription
+	if err := json.Unmarshal([]byte(`{"subscription_id":"x","controller":"main","category":3,"directive":"d","bandwidth_bits":9}`), &old); err != nil || old.RateLimit != nil {
+		t.Errorf("without rate_limit: %+v, %v", old.RateLimit, err)
 	}
 }
 

@@ -1,7 +1,10 @@
 package session
 
 import (
+	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -95,5 +98,82 @@ func TestSessionHoldsTakesAToolAwayAtOnce(t *testing.T) {
 	publish("tool_not_allowed: Agent 'researcher' does not have the BCPPublish tool")
 	if ev := h.audit.find("refused", string(bcp.ToolNotAllowed)); len(ev) != 1 {
 		t.Errorf("refused events = %+v", ev)
+	}
+}
+
+// TestAnnouncementsRateLimit: a subscription's rate_limit is announced to
+// its Reader ({max, window_ms}); one without has no rate_limit; the
+// Controller's filter, debounce and batch are never announced. A
+// subscription approved at run time is announced from the effective set
+// the same way, without a limit (it has none).
+func TestAnnouncementsRateLimit(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) {
+		if err := os.WriteFile(filepath.Join(dir, name+".md"), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("main", `---
+name: main
+runtime: [/bin/true]
+tools: [BCPQuery]
+bcp_channels:
+  - peer: researcher
+    role: controller
+    max_category: 2
+    budget_bits: 100000
+    subscriptions:
+      - id: limited
+        category: 1
+        rate_limit: {max: 2, window: 1h30m}
+        filter: priority == "high"
+        debounce: {key: priority, window: 10m}
+        fields:
+          - {name: priority, type: enum, values: [low, high]}
+      - id: batched
+        category: 1
+        batch: {window: 5m, max: 20}
+        fields:
+          - {name: priority, type: enum, values: [low, high]}
+---
+`)
+	write("researcher", `---
+name: researcher
+runtime: [/bin/true]
+tools: [BCPPublish]
+bcp_channels:
+  - peer: main
+    role: reader
+    max_category: 2
+    budget_bits: 100000
+---
+`)
+	set, err := agents.LoadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	approved, refused := set.WithSubscriptions([]*agents.Subscription{{
+		ID: "rt-asked", Controller: "main", Reader: "researcher",
+		Spec:      bcp.Spec{Category: bcp.Cat1, Fields: []bcp.Field{{Name: "ok", Type: bcp.Boolean}}},
+		RateLimit: &agents.Rate{Limit: 1, Window: time.Hour},
+	}})
+	if len(refused) != 0 {
+		t.Fatal(refused[0].Err)
+	}
+	b, err := json.Marshal(runtime.SubscriptionsActive{Type: runtime.TypeSubscriptionsActive, Subscriptions: announcements(approved, "researcher")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"type":"bcp_subscriptions_active","subscriptions":[` +
+		`{"subscription_id":"limited","controller":"main","category":1,"bandwidth_bits":1,"rate_limit":{"max":2,"window_ms":5400000},"fields":[{"name":"priority","type":"enum","values":["low","high"],"options":["low","high"]}]},` +
+		`{"subscription_id":"batched","controller":"main","category":1,"bandwidth_bits":1,"fields":[{"name":"priority","type":"enum","values":["low","high"],"options":["low","high"]}]},` +
+		`{"subscription_id":"rt-asked","controller":"main","category":1,"bandwidth_bits":1,"fields":[{"name":"ok","type":"boolean"}]}]}`
+	if string(b) != want {
+		t.Errorf("announced\n%s\nwant\n%s", b, want)
+	}
+	for _, hidden := range []string{`"filter"`, `"debounce"`, `"batch"`, "=="} {
+		if strings.Contains(string(b), hidden) {
+			t.Errorf("the announcement shows %s: %s", hidden, b)
+		}
 	}
 }

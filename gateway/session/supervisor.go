@@ -734,16 +734,25 @@ func (sv *Supervisor) Reset(ctx context.Context, name string) error {
 }
 
 // announcements returns the subscriptions to announce to reader, in the
-// wire shape, with each one's bits.
+// wire shape, with each one's bits and rate limit: what the Reader needs
+// to decide when to push. The Controller's filter, debounce and batch are
+// not announced: they decide what reaches the Controller, not whether a
+// push is accepted, and a Reader that knew the filter could tailor its
+// pushes to it. The set is the effective one, so subscriptions approved
+// at run time are announced the same way (they have no rate limit).
 func announcements(set *agents.Set, reader string) []runtime.ActiveSubscription {
 	subs := set.SubscriptionsFor(reader)
 	out := make([]runtime.ActiveSubscription, 0, len(subs))
 	for _, s := range subs {
-		out = append(out, runtime.ActiveSubscription{
+		a := runtime.ActiveSubscription{
 			SubscriptionID: s.ID, Controller: s.Controller, Category: s.Spec.Category,
 			Fields: s.Spec.Fields, Questions: s.Spec.Questions, Directive: s.Spec.Directive,
 			MaxWords: s.Spec.MaxWords, BandwidthBits: s.Bits,
-		})
+		}
+		if r := s.RateLimit; r != nil {
+			a.RateLimit = runtime.NewRateLimit(r.Limit, r.Window)
+		}
+		out = append(out, a)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Controller < out[j].Controller })
 	return out

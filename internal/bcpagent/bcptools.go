@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/bcp"
@@ -145,6 +146,10 @@ func (a *Agent) publishTool(subs []runtime.ActiveSubscription) tool {
 		if s.Category == bcp.Cat3 {
 			b.WriteString("    (Cat-3: an operator approves each publish before it is delivered.)\n")
 		}
+		if r := s.RateLimit; r != nil {
+			fmt.Fprintf(&b, "    (Rate limit: at most %d publishes in any %s; more are refused with rate_limited, so publish what matters most.)\n",
+				r.Max, windowText(r.Window()))
+		}
 	}
 	return tool{
 		def: llm.Tool{
@@ -154,6 +159,19 @@ func (a *Agent) publishTool(subs []runtime.ActiveSubscription) tool {
 		},
 		run: a.runPublish,
 	}
+}
+
+// windowText writes a rate limit's window as definitions do: "1h",
+// "24h", "1h30m", "1m30s" rather than "1h0m0s".
+func windowText(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
 }
 
 type publishArgs struct {

@@ -9,8 +9,10 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bcpgw/bcpgw/bcp"
 	"github.com/bcpgw/bcpgw/runtime"
@@ -351,4 +353,22 @@ func check(s map[string]any, v any) error {
 func asSlice(v any) []any {
 	s, _ := v.([]any)
 	return s
+}
+
+// TestPublishToolTellsRateLimit: the model is told a subscription's rate
+// limit in BCPPublish's description, under that subscription only.
+func TestPublishToolTellsRateLimit(t *testing.T) {
+	subs := slices.Clone(researchSubs)
+	subs[1].RateLimit = runtime.NewRateLimit(2, time.Hour)
+	d := (&Agent{}).publishTool(subs).def.Description
+	const line = "    (Rate limit: at most 2 publishes in any 1h; more are refused with rate_limited, so publish what matters most.)\n"
+	alerts := strings.Index(d, `subscription_id "research-alerts"`)
+	if strings.Count(d, "Rate limit") != 1 || alerts < 0 || strings.Index(d, line) < alerts {
+		t.Errorf("description does not tell research-alerts' limit, once, under it:\n%s", d)
+	}
+	for w, want := range map[time.Duration]string{time.Hour: "1h", 24 * time.Hour: "24h", 90 * time.Minute: "1h30m", 90 * time.Second: "1m30s", time.Second: "1s"} {
+		if got := windowText(w); got != want {
+			t.Errorf("windowText(%v) = %q, want %q", w, got, want)
+		}
+	}
 }

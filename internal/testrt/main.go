@@ -8,7 +8,8 @@
 //	TESTRT_PUBLISH   a JSON array of {subscription_id, controller, response,
 //	                 repeat}: published in order once subscriptions are
 //	                 first announced (each announcement is logged as
-//	                 "subscriptions", controller/id joined by commas), and again as the turn of every prompt
+//	                 "subscriptions", controller/id joined by commas, and
+//	                 in subs with each one's rate limit), and again as the turn of every prompt
 //	                 "publish" (so an agent that is announced nothing can
 //	                 try too), each waiting for its verdict; "{i}" in a
 //	                 response is replaced by the publish's number
@@ -83,6 +84,16 @@ type record struct {
 	Filtered       bool            `json:"filtered,omitempty"`   // a verdict's
 	Superseded     string          `json:"superseded,omitempty"` // a verdict's
 	Items          int             `json:"items,omitempty"`      // a batch delivery's
+	// Subs are the subscriptions of a "subscriptions" record, each with
+	// what was announced of its rate limit.
+	Subs []announced `json:"subs,omitempty"`
+}
+
+// announced is one subscription of an announcement, as logged.
+type announced struct {
+	Controller     string             `json:"controller"`
+	SubscriptionID string             `json:"subscription_id"`
+	RateLimit      *runtime.RateLimit `json:"rate_limit,omitempty"`
 }
 
 type publish struct {
@@ -241,10 +252,12 @@ func main() {
 	runtime.Main(runtime.Handler{
 		Subscriptions: func(ctx context.Context, c *runtime.Client, subs []runtime.ActiveSubscription) {
 			ids := make([]string, 0, len(subs))
+			logged := make([]announced, 0, len(subs))
 			var fresh []runtime.ActiveSubscription
 			rtMu.Lock()
 			for _, s := range subs {
 				ids = append(ids, s.Controller+"/"+s.SubscriptionID)
+				logged = append(logged, announced{Controller: s.Controller, SubscriptionID: s.SubscriptionID, RateLimit: s.RateLimit})
 				known := false
 				for _, o := range rtSubs {
 					known = known || (o.SubscriptionID == s.SubscriptionID && o.Controller == s.Controller)
@@ -255,7 +268,7 @@ func main() {
 				}
 			}
 			rtMu.Unlock()
-			log.write(record{Event: "subscriptions", Detail: strings.Join(ids, ",")})
+			log.write(record{Event: "subscriptions", Detail: strings.Join(ids, ","), Subs: logged})
 			if announcements++; announcements == 1 {
 				go publishAll(ctx, c)
 			}

@@ -73,8 +73,17 @@ func readerHandler(logger *log.Logger, interval time.Duration) runtime.Handler {
 }
 
 // publishLoop publishes to s at once and then every interval, after an
-// initial offset that spreads the subscriptions over the interval.
+// initial offset that spreads the subscriptions over the interval. A
+// subscription whose announcement carries a rate limit (max in any
+// window) is published to at most once every window/max: the Reader
+// paces itself rather than learning the limit from refusals.
 func publishLoop(ctx context.Context, logger *log.Logger, c *runtime.Client, s runtime.ActiveSubscription, interval, offset time.Duration) {
+	if r := s.RateLimit; r != nil && r.Max > 0 {
+		if every := r.Window() / time.Duration(r.Max); every > interval {
+			logger.Printf("[INFO] %s allows %d publishes in %s: publishing every %s", s.SubscriptionID, r.Max, r.Window(), every)
+			interval = every
+		}
+	}
 	select {
 	case <-ctx.Done():
 		return
