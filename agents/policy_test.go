@@ -267,3 +267,11 @@ func BenchmarkFilterMatch(b *testing.B) {
 		})
 	}
 }
+
+func TestShortDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{time.Hour: "1h", 24 * time.Hour: "24h", 90 * time.Minute: "1h30m", 90 * time.Second: "1m30s", time.Second: "1s", 30 * time.Minute: "30m"} {
+		if got := agents.ShortDuration(d); got != want {
+			t.Errorf("ShortDuration(%v) = %q, want %q", d, got, want)
+		}
+	}
+}

@@ -34,12 +34,12 @@ func (r Rate) String() string {
 	case time.Hour:
 		return fmt.Sprintf("%d/hour", r.Limit)
 	}
-	return fmt.Sprintf("%d per %s", r.Limit, shortDuration(r.Window))
+	return fmt.Sprintf("%d per %s", r.Limit, ShortDuration(r.Window))
 }
 
-// shortDuration writes d without its zero minutes and seconds: "24h",
-// "1h30m", "90s" rather than "24h0m0s".
-func shortDuration(d time.Duration) string {
+// ShortDuration writes d as definitions do, without its zero minutes and
+// seconds: "24h", "1h30m", "1m30s" rather than "24h0m0s".
+func ShortDuration(d time.Duration) string {
 	s := d.String()
 	if strings.HasSuffix(s, "m0s") {
 		s = s[:len(s)-2]

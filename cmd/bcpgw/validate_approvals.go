@@ -3,8 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"strings"
-	"time"
 
 	"github.com/bcpgw/bcpgw/agents"
 )
@@ -35,21 +33,9 @@ func approvalsText(p agents.ApprovalPolicy) string {
 	}
 	ttl := "--approval-ttl"
 	if p.TTL > 0 {
-		ttl = shortDuration(p.TTL)
+		ttl = agents.ShortDuration(p.TTL)
 	}
 	return who + ", ttl " + ttl
-}
-
-// shortDuration drops a duration's zero tail: "4h", "30m", "1h30m".
-func shortDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
 }
 
 // hasApprovals reports whether l's Controller set an approval policy on

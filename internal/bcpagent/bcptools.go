@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/bcp"
@@ -148,7 +147,7 @@ func (a *Agent) publishTool(subs []runtime.ActiveSubscription) tool {
 		}
 		if r := s.RateLimit; r != nil {
 			fmt.Fprintf(&b, "    (Rate limit: at most %d publishes in any %s; more are refused with rate_limited, so publish what matters most.)\n",
-				r.Max, windowText(r.Window()))
+				r.Max, agents.ShortDuration(r.Window()))
 		}
 	}
 	return tool{
@@ -159,19 +158,6 @@ func (a *Agent) publishTool(subs []runtime.ActiveSubscription) tool {
 		},
 		run: a.runPublish,
 	}
-}
-
-// windowText writes a rate limit's window as definitions do: "1h",
-// "24h", "1h30m", "1m30s" rather than "1h0m0s".
-func windowText(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = s[:len(s)-2]
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = s[:len(s)-2]
-	}
-	return s
 }
 
 type publishArgs struct {
