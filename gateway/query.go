@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bcpgw/bcpgw/agents"
 	"github.com/bcpgw/bcpgw/bcp"
 	"github.com/bcpgw/bcpgw/gateway/session"
 	"github.com/bcpgw/bcpgw/gateway/store"
@@ -27,6 +28,21 @@ type pendingQuery struct {
 	done       chan struct{} // closed by finishQuery
 }
 
+// channelFor returns the channel from controller to reader that a
+// request of category cat (a query, a subscription request) may use, or
+// why there is none: no_channel, or category_not_allowed beyond the
+// channel's max_category.
+func channelFor(set *agents.Set, controller, reader string, cat bcp.Category) (*agents.Link, *bcp.Error) {
+	link := set.Link(controller, reader)
+	switch {
+	case link == nil:
+		return nil, bcp.Errorf(bcp.NoChannel, "No channel from controller '%s' to reader '%s'", controller, reader)
+	case !cat.Valid() || cat > link.MaxCategory():
+		return nil, bcp.Errorf(bcp.CategoryNotAllowed, "Category %d is not allowed on the channel to '%s' (max_category %d)", cat, reader, link.MaxCategory())
+	}
+	return link, nil
+}
+
 // maxSpecProblems bounds how many problems of a query spec one refusal
 // lists.
 const maxSpecProblems = 8
@@ -43,17 +59,14 @@ func (g *Gateway) query(s *session.Session, line []byte, q runtime.QueryRequest,
 		g.metrics.query("refused", e)
 		g.replyQueryError(s, runtime.QueryError{Type: runtime.TypeQueryError, RequestID: q.RequestID, ToAgent: q.To, Reason: e.Error()})
 	}
-	set := g.set.Load()
-	link := set.Link(controller, q.To)
-	switch {
-	case q.RequestID == "":
+	if q.RequestID == "" {
 		refuse(bcp.Errorf(bcp.ProtocolError, "bcp_query_request needs a request_id"))
 		return
-	case link == nil:
-		refuse(bcp.Errorf(bcp.NoChannel, "No channel from controller '%s' to reader '%s'", controller, q.To))
-		return
-	case !q.Category.Valid() || q.Category > link.MaxCategory():
-		refuse(bcp.Errorf(bcp.CategoryNotAllowed, "Category %d is not allowed on the channel to '%s' (max_category %d)", q.Category, q.To, link.MaxCategory()))
+	}
+	set := g.set.Load()
+	link, e := channelFor(set, controller, q.To, q.Category)
+	if e != nil {
+		refuse(e)
 		return
 	}
 	var spec bcp.Spec

@@ -70,13 +70,10 @@ func (g *Gateway) subscribeRequest(s *session.Session, m session.SubscribeReques
 		return
 	}
 	set := g.set.Load()
-	link := set.Link(controller, r.To)
+	link, e := channelFor(set, controller, r.To, r.Category)
 	switch {
-	case link == nil:
-		refuse(bcp.Errorf(bcp.NoChannel, "No channel from controller '%s' to reader '%s'", controller, r.To))
-		return
-	case !r.Category.Valid() || r.Category > link.MaxCategory():
-		refuse(bcp.Errorf(bcp.CategoryNotAllowed, "Category %d is not allowed on the channel to '%s' (max_category %d)", r.Category, r.To, link.MaxCategory()))
+	case e != nil:
+		refuse(e)
 		return
 	case m.SpecErr != nil:
 		refuse(bcp.Errorf(bcp.ValidationFailed, "Subscription spec is not valid: %s", problemList(m.SpecErr.Problems)))
